@@ -1,0 +1,68 @@
+# llmops.sglang - one-command setup, demo and tests. Everything it needs it creates itself.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+EMU_VENV := .venv-emulator
+BIN := $(VENV)/bin
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export SGLANG_EMULATOR_PYTHON := $(CURDIR)/$(EMU_VENV)/bin/python
+export PYTHONDONTWRITEBYTECODE := 1
+PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
+
+.PHONY: help venv emulator-venv demo test test-unit test-emulator test-integration test-molecule \
+        lint sanity build bench gpu clean
+
+help:
+	@echo "make demo   - set up and run restart_extraction.yml against the emulator on localhost"
+	@echo "make test   - every test: unit, emulator, integration, molecule, ansible-lint, sanity"
+	@echo "make bench  - benchmarks -> docs/benchmarks.md"
+
+venv: $(VENV)/.stamp
+$(VENV)/.stamp: requirements-dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+emulator-venv: $(EMU_VENV)/.stamp
+$(EMU_VENV)/.stamp: $(shell find tests/emulator -name '*.py' -o -name 'pyproject.toml' 2>/dev/null | grep -v '/tests/')
+	test -x $(EMU_VENV)/bin/python || $(PYTHON) -m venv $(EMU_VENV)
+	$(EMU_VENV)/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./tests/emulator
+	$(EMU_VENV)/bin/python -m pip install -q --disable-pip-version-check ./tests/emulator
+	touch $@
+
+demo: venv emulator-venv
+	./scripts/demo.sh
+
+test: venv emulator-venv test-unit test-emulator test-integration test-molecule lint sanity build
+
+test-unit: venv
+	$(PYTEST) -q tests/unit
+
+test-emulator: venv emulator-venv
+	$(PYTEST) -q tests/emulator/tests
+
+test-integration: venv emulator-venv
+	$(PYTEST) -q tests/integration
+
+test-molecule: venv emulator-venv
+	./scripts/molecule.sh
+
+lint: venv
+	$(BIN)/ansible-lint --profile production --offline
+
+sanity: venv
+	./scripts/sanity.sh
+
+build: venv
+	./scripts/build.sh
+
+bench: venv emulator-venv
+	$(BIN)/python benchmarks/run_all.py
+
+gpu:
+	@echo "GPU validation runs on a GPU host: tests/gpu/run.sh (see README)"
+
+clean:
+	rm -rf $(VENV) $(EMU_VENV) build tests/output

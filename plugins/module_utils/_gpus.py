@@ -1,0 +1,164 @@
+"""GPU inventory: per-GPU memory and compute processes from NVML, else nvidia-smi, else none.
+
+`LLMOPS_SGLANG_GPU_BACKEND=nvml|nvidia-smi|none` (or the modules' gpu_backend option) forces
+one backend; the GPU validation uses it to prove both give the same answers.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+BACKENDS = ("auto", "nvml", "nvidia-smi", "none")
+ENV_BACKEND = "LLMOPS_SGLANG_GPU_BACKEND"
+
+
+@dataclass
+class GpuProcess:
+    pid: int
+    used_mib: Optional[int]
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"pid": self.pid, "used_mib": self.used_mib}
+
+
+@dataclass
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    memory_used_mib: int
+    memory_total_mib: int
+    processes: List[GpuProcess] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, object]:
+        return {
+            "index": self.index, "uuid": self.uuid, "name": self.name,
+            "memory_used_mib": self.memory_used_mib, "memory_total_mib": self.memory_total_mib,
+            "processes": [p.to_dict() for p in self.processes],
+        }
+
+
+@dataclass
+class GpuReport:
+    backend: str
+    gpus: List[Gpu]
+    note: str = ""
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"backend": self.backend, "note": self.note, "gpus": [g.to_dict() for g in self.gpus]}
+
+    def pids_on(self, indexes: Optional[List[int]] = None) -> Dict[int, Dict[int, Optional[int]]]:
+        """pid -> {gpu index: MiB} for the selected GPUs."""
+        out: Dict[int, Dict[int, Optional[int]]] = {}
+        for gpu in self.gpus:
+            if indexes is not None and gpu.index not in indexes:
+                continue
+            for proc in gpu.processes:
+                out.setdefault(proc.pid, {})[gpu.index] = proc.used_mib
+        return out
+
+
+def _mib(value: int) -> int:
+    return int(value // (1024 * 1024))
+
+
+def _query_nvml() -> GpuReport:
+    import pynvml  # nvidia-ml-py; ImportError handled by the caller
+
+    pynvml.nvmlInit()
+    try:
+        gpus: List[Gpu] = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            name = pynvml.nvmlDeviceGetName(handle)
+            procs = [
+                GpuProcess(p.pid, _mib(p.usedGpuMemory) if p.usedGpuMemory is not None else None)
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            ]
+            gpus.append(Gpu(index, uuid if isinstance(uuid, str) else uuid.decode(),
+                            name if isinstance(name, str) else name.decode(),
+                            _mib(mem.used), _mib(mem.total), procs))
+        return GpuReport("nvml", gpus)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _csv(cmd: List[str]) -> List[List[str]]:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        raise RuntimeError((out.stderr or out.stdout).strip() or "exit %d" % out.returncode)
+    return [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
+
+
+def _int_or_none(text: str) -> Optional[int]:
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
+
+
+def _query_nvidia_smi(binary: str) -> GpuReport:
+    rows = _csv([binary, "--query-gpu=index,uuid,name,memory.used,memory.total",
+                 "--format=csv,noheader,nounits"])
+    gpus = {row[1]: Gpu(int(row[0]), row[1], row[2], _int_or_none(row[3]) or 0,
+                        _int_or_none(row[4]) or 0) for row in rows}
+    apps = _csv([binary, "--query-compute-apps=pid,used_memory,gpu_uuid",
+                 "--format=csv,noheader,nounits"])
+    for row in apps:
+        if len(row) >= 3 and row[2] in gpus and row[0].isdigit():
+            gpus[row[2]].processes.append(GpuProcess(int(row[0]), _int_or_none(row[1])))
+    return GpuReport("nvidia-smi", sorted(gpus.values(), key=lambda g: g.index))
+
+
+def query_gpus(backend: str = "auto") -> GpuReport:
+    """Never raises: a host without GPUs is a report with no GPUs and a note saying why."""
+    backend = os.environ.get(ENV_BACKEND, backend) if backend == "auto" else backend
+    notes: List[str] = []
+    if backend in ("auto", "nvml"):
+        try:
+            return _query_nvml()
+        except ImportError:
+            notes.append("nvidia-ml-py (pynvml) is not importable")
+        except Exception as exc:  # NVML raises its own error types; any means "no NVML"
+            notes.append("NVML failed: %s" % exc)
+    if backend in ("auto", "nvidia-smi"):
+        binary = shutil.which("nvidia-smi")
+        if binary:
+            try:
+                return _query_nvidia_smi(binary)
+            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                notes.append("nvidia-smi failed: %s" % exc)
+        else:
+            notes.append("nvidia-smi not found")
+    if backend == "none":
+        notes.append("GPU backend disabled")
+    return GpuReport("none", [], "; ".join(notes) or "no GPU backend")
+
+
+def device_file_holders(pids: Optional[List[int]] = None) -> Dict[int, List[str]]:
+    """The fuser view: pid -> /dev/nvidia* files it holds open. Every CUDA process holds ALL
+    device files, so this says "uses CUDA", never "uses GPU N"."""
+    holders: Dict[int, List[str]] = {}
+    candidates = pids if pids is not None else [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    for pid in candidates:
+        fd_dir = "/proc/%d/fd" % pid
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        files = set()
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if target.startswith("/dev/nvidia"):
+                files.add(target)
+        if files:
+            holders[pid] = sorted(files)
+    return holders

@@ -1,0 +1,65 @@
+"""Secrets never leave the library in clear: argv, environments and log text are redacted here."""
+from __future__ import annotations
+
+import re
+from typing import Dict, Iterable, List, Mapping, Optional
+
+MASK = "********"
+
+# Flags whose value is a secret (sglang: --api-key, --admin-api-key; hub tokens).
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--token")
+_SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|_KEY$|CREDENTIAL)", re.I)
+_TEXT_PATTERNS = (
+    # server_args=ServerArgs(..., api_key='abc', ...) as sglang logs it
+    re.compile(r"((?:admin_)?api_key\s*=\s*)('[^']*'|\"[^\"]*\"|[^,\s)]+)"),
+    re.compile(r"(\"(?:admin_)?api_key\"\s*:\s*)(\"[^\"]*\")"),
+    re.compile(r"(Bearer\s+)(\S+)"),
+    re.compile(r"(--(?:admin-)?api-key[= ]\s*)(\S+)"),
+    re.compile(r"((?:HF_TOKEN|HUGGING_FACE_HUB_TOKEN)=)(\S+)"),
+)
+
+
+def is_secret_env(key: str) -> bool:
+    return bool(_SECRET_ENV.search(key))
+
+
+def redact_env(env: Mapping[str, str]) -> Dict[str, str]:
+    return {k: (MASK if is_secret_env(k) and v else v) for k, v in env.items()}
+
+
+def redact_argv(argv: Iterable[str], extra_flags: Iterable[str] = ()) -> List[str]:
+    """Mask the value after a secret flag, in both `--flag value` and `--flag=value` forms."""
+    flags = tuple(SECRET_FLAGS) + tuple(extra_flags)
+    out: List[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            out.append(MASK)
+            mask_next = False
+            continue
+        name, eq, _value = arg.partition("=")
+        if name in flags:
+            if eq:
+                out.append(name + "=" + MASK)
+            else:
+                out.append(arg)
+                mask_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+def redact_text(text: str, secrets: Iterable[Optional[str]] = ()) -> str:
+    """Mask known secret shapes, then every literal secret value we were given."""
+    for pattern in _TEXT_PATTERNS:
+        text = pattern.sub(lambda m: m.group(1) + MASK, text)
+    for secret in secrets:
+        if secret and len(secret) >= 3:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def redact_mapping(data: Mapping[str, object], keys: Iterable[str] = ("api_key", "admin_api_key")) -> Dict[str, object]:
+    """Copy of a server_info-like mapping with secret fields masked (only when set)."""
+    hidden = set(keys)
+    return {k: (MASK if k in hidden and v else v) for k, v in data.items()}

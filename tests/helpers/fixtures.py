@@ -1,0 +1,197 @@
+"""Fixtures and helpers for unit, integration and benchmark code (see tests/conftest.py)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any, Dict, Iterator, List, Optional
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTIONS = os.path.join(ROOT, "collections")
+CONTROLLER_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
+MODULE_PKG = "ansible_collections.llmops.sglang.plugins.modules"
+# Every process tests start carries this variable, so cleanup can find escaped children
+# without matching anything that is not ours.
+TEST_MARKER = "LLMOPS_SGLANG_TEST_RUN"
+TEST_RUN_ID = os.environ.get(TEST_MARKER) or uuid.uuid4().hex[:12]
+os.environ[TEST_MARKER] = TEST_RUN_ID
+
+
+def controller_python() -> str:
+    return CONTROLLER_PYTHON if os.path.exists(CONTROLLER_PYTHON) else sys.executable
+
+
+def emulator_python_path() -> str:
+    path = os.environ.get("SGLANG_EMULATOR_PYTHON") or os.path.join(ROOT, ".venv-emulator", "bin", "python")
+    if not os.path.exists(path):
+        raise RuntimeError("emulator venv missing at %s: run `make emulator-venv`" % path)
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def run_module(name: str, args: Dict[str, Any], check_mode: bool = False, diff: bool = False,
+               timeout: float = 300, env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Run one module the way ansible does (args file, JSON on stdout); returns its result."""
+    payload = dict(args)
+    payload["_ansible_check_mode"] = check_mode
+    payload["_ansible_diff"] = diff
+    payload.setdefault("_ansible_tmpdir", tempfile.mkdtemp(prefix="llmops-modtmp-"))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump({"ANSIBLE_MODULE_ARGS": payload}, fh)
+        args_path = fh.name
+    run_env = dict(os.environ)
+    run_env["PYTHONPATH"] = COLLECTIONS
+    run_env.update(env or {})
+    try:
+        proc = subprocess.run([controller_python(), "-m", "%s.%s" % (MODULE_PKG, name), args_path],
+                              capture_output=True, text=True, timeout=timeout, env=run_env,
+                              stdin=subprocess.DEVNULL)
+    finally:
+        os.unlink(args_path)
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
+    except ValueError:
+        result = None
+    if result is None:
+        raise AssertionError("module %s produced no JSON (rc=%d)\nstdout: %s\nstderr: %s"
+                             % (name, proc.returncode, proc.stdout, proc.stderr))
+    result["_rc"] = proc.returncode
+    result["_stderr"] = proc.stderr
+    return result
+
+
+def _own_ancestry() -> set:
+    """This process and its ancestors (make, the shell, CI): never cleanup targets."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            with open("/proc/%d/stat" % pid) as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def marked_pids(run_id: str = TEST_RUN_ID, state_prefix: Optional[str] = None) -> List[int]:
+    """Live pids whose environment carries this test run's marker, or (launched by the
+    modules with a clean environment) a LLMOPS_SGLANG_STATE_DIR under `state_prefix`."""
+    found = []
+    needle = ("%s=%s" % (TEST_MARKER, run_id)).encode()
+    state_needle = ("LLMOPS_SGLANG_STATE_DIR=%s" % state_prefix).encode() if state_prefix else None
+    mine = _own_ancestry()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in mine:
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as fh:
+                items = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if needle in items or (state_needle and any(i.startswith(state_needle) for i in items)):
+            found.append(int(entry))
+    return found
+
+
+def kill_pids(pids: List[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+class Spawned:
+    """Processes a test started (each in its own session)."""
+
+    def __init__(self) -> None:
+        self.procs: List[subprocess.Popen] = []
+
+    def start(self, argv: List[str], env: Optional[Dict[str, str]] = None, log_path: Optional[str] = None,
+              cwd: Optional[str] = None) -> subprocess.Popen:
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        full_env[TEST_MARKER] = TEST_RUN_ID
+        out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
+        if log_path:
+            out.close()
+        self.procs.append(proc)
+        return proc
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawned]:
+    spawned = Spawned()
+    yield spawned
+    spawned.cleanup()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kill_leftovers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """At the end of the session, SIGKILL anything still carrying this run's marker or
+    launched with a state dir inside this session's temp root."""
+    yield
+    kill_pids(marked_pids(state_prefix=str(tmp_path_factory.getbasetemp())))
+
+
+@pytest.fixture(scope="session")
+def emulator_python() -> str:
+    return emulator_python_path()
+
+
+@pytest.fixture(scope="session")
+def nosglang_venv(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A real venv without sglang (no pip, to be quick)."""
+    path = str(tmp_path_factory.mktemp("nosglang") / "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", path], check=True)
+    return path
+
+
+@pytest.fixture
+def state_dir(tmp_path) -> str:
+    path = tmp_path / "state"
+    path.mkdir()
+    return str(path)
+
+
+@pytest.fixture
+def log_dir(tmp_path) -> str:
+    path = tmp_path / "logs"
+    path.mkdir()
+    return str(path)
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
