@@ -6,6 +6,7 @@ VENV := .venv
 EMU_VENV := .venv-emulator
 BIN := $(VENV)/bin
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export SGLANG_EMULATOR_PYTHON := $(CURDIR)/$(EMU_VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider

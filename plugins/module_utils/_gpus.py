@@ -89,7 +89,7 @@ def _query_nvml() -> GpuReport:
 
 
 def _csv(cmd: List[str]) -> List[List[str]]:
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
     if out.returncode != 0:
         raise RuntimeError((out.stderr or out.stdout).strip() or "exit %d" % out.returncode)
     return [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines() if line.strip()]

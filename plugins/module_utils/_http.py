@@ -7,10 +7,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from ansible.module_utils.urls import open_url
 
-try:  # Python 3 names; ansible-core >= 2.17 is Python 3 only
-    from urllib.error import HTTPError, URLError
-except ImportError:  # pragma: no cover
-    HTTPError = URLError = Exception  # type: ignore
+from urllib.error import HTTPError, URLError  # ansible-core >= 2.17 targets Python 3 only
 
 
 @dataclass

@@ -97,6 +97,12 @@ def listeners(ports: Optional[Iterable[int]] = None) -> List[Listener]:
     return sorted(socks.values(), key=lambda l: (l.port, l.family, l.address))
 
 
+def has_listener(port: int) -> bool:
+    """Anything listening on `port` (IPv4 or IPv6)? Reads only /proc/net/tcp{,6}, no fd scan:
+    cheap enough to call several times a second while a server starts."""
+    return bool(_listening_sockets({port}))
+
+
 def listeners_by_pid(pids: Iterable[int]) -> List[Listener]:
     """Listening sockets held by the given pids (cheap: scans only those fd tables)."""
     pid_list = list(pids)

@@ -100,7 +100,7 @@ def read_proc(pid: int) -> Optional[Proc]:
     except OSError:
         return None
     raw = _read(os.path.join(base, "cmdline")) or ""
-    cmdline = [a for a in raw.split("\0")]
+    cmdline = raw.split("\0")
     while cmdline and cmdline[-1] == "":
         cmdline.pop()
     # setproctitle may leave one NUL-free string padded with spaces.
@@ -148,7 +148,7 @@ def read_environ(pid: int) -> Optional[Dict[str, str]]:
     env: Dict[str, str] = {}
     for item in raw.split(b"\0"):
         if b"=" in item:
-            key, _, value = item.partition(b"=")
+            key, _sep, value = item.partition(b"=")
             env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
     return env
 

@@ -63,3 +63,23 @@ def redact_mapping(data: Mapping[str, object], keys: Iterable[str] = ("api_key",
     """Copy of a server_info-like mapping with secret fields masked (only when set)."""
     hidden = set(keys)
     return {k: (MASK if k in hidden and v else v) for k, v in data.items()}
+
+
+def redact_tree(data: object, keys: Iterable[str] = ("api_key", "admin_api_key", "hf_token"),
+                secrets: Iterable[Optional[str]] = ()) -> object:
+    """Deep copy of JSON-like data with secret keys masked at any depth and every literal
+    secret value masked inside strings (server_info nests some args)."""
+    hidden = set(keys)
+    values = [s for s in secrets if s and len(s) >= 3]
+
+    def walk(node: object) -> object:
+        if isinstance(node, dict):
+            return {k: (MASK if k in hidden and v else walk(v)) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return [walk(v) for v in node]
+        if isinstance(node, str) and values:
+            for secret in values:
+                node = node.replace(secret, MASK)
+        return node
+
+    return walk(data)

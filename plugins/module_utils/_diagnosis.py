@@ -1,0 +1,133 @@
+"""Short, specific sentences about what is wrong on a host, built from the probe's data.
+
+Pure functions over plain dicts (the `to_dict()` forms), so each rule is unit-testable and the
+module only concatenates them. A sentence names the pid, path, port or GPU it is about.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Iterable, List, Optional
+
+# Log levels above INFO hide "The server is fired up and ready to roll!" (an INFO line).
+_QUIET_LEVELS = ("warning", "error", "critical")
+GIB = 1024.0 ** 3
+
+
+def age(seconds: Optional[float]) -> str:
+    """3725 -> "1 hour 2 minutes"; the two largest units are enough for an operator."""
+    if seconds is None:
+        return "an unknown time"
+    seconds = max(0, int(seconds))
+    units = (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
+    parts: List[str] = []
+    for name, size in units:
+        value, seconds = divmod(seconds, size)
+        if value:
+            parts.append("%d %s%s" % (value, name, "" if value == 1 else "s"))
+        if len(parts) == 2:
+            break
+    return " ".join(parts) or "0 seconds"
+
+
+def _cmd(argv: Iterable[str], limit: int = 160) -> str:
+    text = " ".join(argv)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def interpreter(interp: Optional[Dict[str, Any]], elsewhere: List[Dict[str, Any]]) -> List[str]:
+    if not interp or interp.get("sglang_installed"):
+        return []
+    others = ", ".join("%s has %s" % (e.get("python") or e.get("location"), e.get("sglang_version"))
+                       for e in elsewhere)
+    if others:
+        return ["python %s has no sglang, but %s: use venv/python to point at it"
+                % (interp["path"], others)]
+    return ["python %s has no sglang, and no other sglang install was found under the search paths"
+            % interp["path"]]
+
+
+def servers(items: List[Dict[str, Any]], now: Optional[float] = None) -> List[str]:
+    now = time.time() if now is None else now
+    out: List[str] = []
+    for server in items:
+        level = str(server.get("args", {}).get("log_level", "")).lower()
+        if server.get("main") and level in _QUIET_LEVELS:
+            out.append("server pid %s runs with --log-level %s: its log never shows the ready line "
+                       "'The server is fired up and ready to roll!'" % (server["pid"], level))
+        orphans = [m for m in server.get("members", []) if m.get("orphaned")]
+        if not server.get("main") and server.get("members"):
+            pids = ", ".join("%s %s" % (m["cmdline"][0], m["pid"]) for m in server["members"])
+            out.append("%d sglang process(es) have no main server process (leftovers of a dead server, "
+                       "started %s ago by %s): %s" % (len(server["members"]), age(_age(server, now)),
+                                                      server.get("user"), pids))
+        else:
+            for m in orphans:
+                parent = "init (pid 1)" if m["ppid"] == 1 else "pid %d, not the server" % m["ppid"]
+                out.append("%s (pid %d) of server %s is orphaned: its parent is %s"
+                           % (m["cmdline"][0], m["pid"], server["id"], parent))
+        for m in server.get("members", []):
+            if m.get("state") == "D":
+                out.append("pid %d (%s) of server %s is in uninterruptible sleep (D state): it may "
+                           "not release GPU memory until the kernel lets go" % (m["pid"], m["cmdline"][0], server["id"]))
+    return out
+
+
+def _age(server: Dict[str, Any], now: float) -> Optional[float]:
+    start = server.get("start_time")
+    return now - start if start is not None else server.get("age_seconds")
+
+
+def ports(reports: List[Dict[str, Any]], servers_by_id: Dict[str, Dict[str, Any]],
+          now: Optional[float] = None) -> List[str]:
+    """Who holds each asked-for port: a server (age, args) or a foreign process."""
+    now = time.time() if now is None else now
+    out: List[str] = []
+    for rep in reports:
+        port = rep["port"]
+        if not rep.get("listeners"):
+            out.append("nothing listens on port %d (IPv4 or IPv6)" % port)
+            continue
+        server = servers_by_id.get(rep.get("server") or "")
+        if server is not None:
+            who = "sglang server pid %s" % server["pid"] if server.get("main") else \
+                "leftover sglang processes %s" % server["pids"]
+            inst = " (instance %s)" % server["instance"] if server.get("instance") else ""
+            out.append("port %d is held by %s%s of user %s, started %s ago, args: %s"
+                       % (port, who, inst, server.get("user"), age(_age(server, now)),
+                          _cmd(server.get("argv", [])[1:]) or "?"))
+        else:
+            for holder in rep.get("holders", []):
+                out.append("port %d is held by pid %s (user %s), not an sglang server: %s"
+                           % (port, holder.get("pid"), holder.get("user"), _cmd(holder.get("cmdline", []))))
+        if rep.get("error"):
+            out.append("port %d: %s" % (port, rep["error"]))
+    return out
+
+
+def gpus(report: Dict[str, Any]) -> List[str]:
+    out: List[str] = []
+    for gpu in report.get("gpus", []):
+        for proc in gpu.get("processes", []):
+            if proc.get("owner") != "foreign":
+                continue
+            mib = proc.get("used_mib")
+            size = "%.1f GiB" % (mib / 1024.0) if mib is not None else "memory"
+            out.append("GPU %s holds %s for a foreign process: pid %s (user %s): %s"
+                       % (gpu["index"], size, proc["pid"], proc.get("user") or "?",
+                          _cmd(proc.get("cmdline") or []) or "?"))
+    return out
+
+
+def shm(entries: List[Dict[str, Any]]) -> List[str]:
+    leaked = [e for e in entries if not e.get("held")]
+    if not leaked:
+        return []
+    total = sum(int(e.get("size") or 0) for e in leaked)
+    names = ", ".join(e["path"].rsplit("/", 1)[-1] for e in leaked[:5])
+    more = " and %d more" % (len(leaked) - 5) if len(leaked) > 5 else ""
+    return ["%d leaked shared-memory segment(s) (%.2f GiB) held by no live process: %s%s"
+            % (len(leaked), total / GIB, names, more)]
+
+
+def flags(missing: List[str], sglang_version: Optional[str]) -> List[str]:
+    return ["flag %s does not exist in sglang %s" % (name, sglang_version or "?") for name in missing]

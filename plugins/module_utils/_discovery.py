@@ -1,0 +1,312 @@
+"""Running sglang servers: processes grouped into servers (main, ranks, detokenizer, ...).
+
+One /proc pass (`_procs.snapshot`); environments are read only for sglang processes, their
+relatives and python processes (the instance marker can only be there). A member is grouped
+with its main by ancestry, else by instance launch id, else by session/process group; one
+whose parent is not in its server (reparented to init or a subreaper) is `orphaned`, and
+members whose main is gone form a server with `main: null` (leftovers of a dead server).
+Titled processes (sglang::*) have no readable environment - setproctitle overwrites
+/proc/PID/environ - so their marker is unknown; an escaped one is tied back to its server
+through the listening socket they share.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import _venv_root_of
+from ansible_collections.llmops.sglang.plugins.module_utils._ports import Listener, listeners_by_pid
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import redact_argv, redact_env
+
+# Environment variables worth showing for a server (reference/sglang.md, "Environment variables").
+_ENV_PREFIXES = ("SGLANG_", "SGL_", "NCCL_", "LLMOPS_SGLANG_", "TORCH_", "HF_")
+_ENV_KEYS = ("CUDA_VISIBLE_DEVICES", "TMPDIR", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
+             "no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY")
+# Title prefixes -> role; matches the 15-char `comm` too (sglang::schedul).
+_ROLES = (("sglang::sched", "scheduler"), ("sglang::detok", "detokenizer"),
+          ("sglang::data_p", "data_parallel_controller"), ("sglang::token", "tokenizer_worker"))
+_RANK = re.compile(r"((?:DP|TP|PP|EP)\d+)")
+DEFAULT_PORT = 30000
+
+
+@dataclass
+class Member:
+    proc: _procs.Proc
+    role: str
+    reason: str
+    orphaned: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        p = self.proc
+        title = p.cmdline[0] if p.cmdline and p.cmdline[0].startswith("sglang::") else p.comm
+        return {
+            "pid": p.pid, "ppid": p.ppid, "pgid": p.pgid, "sid": p.sid, "role": self.role,
+            "rank": "_".join(_RANK.findall(title)) or None, "user": p.user, "state": p.state,
+            "start_time": p.start_time, "orphaned": self.orphaned, "reason": self.reason,
+            "cmdline": redact_argv(p.cmdline) if p.cmdline else ["[%s]" % p.comm],
+        }
+
+
+@dataclass
+class Server:
+    main: Optional[_procs.Proc]
+    members: List[Member] = field(default_factory=list)
+    marker: Dict[str, str] = field(default_factory=dict)
+    env: Dict[str, str] = field(default_factory=dict)
+    exe: Optional[str] = None
+    listeners: List[Dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        if self.main is not None:
+            return str(self.main.pid)
+        anchor = self.members[0].proc if self.members else None
+        return "orphans-sid-%s" % (anchor.sid if anchor else "?")
+
+    @property
+    def pids(self) -> List[int]:
+        return sorted(m.proc.pid for m in self.members)
+
+    @property
+    def argv(self) -> List[str]:
+        return redact_argv(self.main.cmdline) if self.main is not None else []
+
+    def args(self) -> Dict[str, Any]:
+        return parse_args(self.argv)
+
+    def port(self) -> Optional[int]:
+        if self.main is None:
+            return None
+        try:
+            return int(self.args().get("port", DEFAULT_PORT))
+        except (TypeError, ValueError):
+            return None
+
+    def to_dict(self, now: Optional[float] = None) -> Dict[str, Any]:
+        now = time.time() if now is None else now
+        main = self.main
+        anchor = main or (self.members[0].proc if self.members else None)
+        argv0 = main.cmdline[0] if main is not None and main.cmdline else None
+        return {
+            "id": self.id,
+            "pid": main.pid if main else None,
+            "main": main is not None,
+            "instance": self.marker.get(_procs.MARKER_INSTANCE),
+            "launch_id": self.marker.get(_procs.MARKER_LAUNCH_ID),
+            "state_dir": self.marker.get(_procs.MARKER_STATE_DIR),
+            "user": anchor.user if anchor else None,
+            "start_time": anchor.start_time if anchor else None,
+            "age_seconds": round(now - anchor.start_time, 1) if anchor else None,
+            "interpreter": {"cmdline": argv0, "exe": self.exe,
+                            "venv": _venv_root_of(argv0) if argv0 and os.path.isabs(argv0) else None},
+            "argv": self.argv,
+            "args": self.args(),
+            "port": self.port(),
+            "listeners": self.listeners,
+            "listening_ports": sorted({int(l["port"]) for l in self.listeners}),
+            "env": self.env,
+            "pids": self.pids,
+            "members": [m.to_dict() for m in sorted(self.members, key=_member_order)],
+            "orphaned": [m.proc.pid for m in self.members if m.orphaned],
+        }
+
+
+def _member_order(member: Member) -> Tuple[int, str, int]:
+    order = {"main": 0, "launcher": 1, "supervisor": 1}
+    return (order.get(member.role, 2), member.role, member.proc.pid)
+
+
+def parse_args(argv: List[str]) -> Dict[str, Any]:
+    """`python -m sglang.launch_server --tp-size 2 --flag` -> {"tp_size": "2", "flag": True}."""
+    start = 0
+    for i, arg in enumerate(argv):
+        if arg in ("sglang.launch_server", "serve"):
+            start = i + 1
+            break
+    out: Dict[str, Any] = {}
+    rest = argv[start:]
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            key = name.replace("-", "_")
+            if eq:
+                out[key] = value
+            elif i + 1 < len(rest) and not rest[i + 1].startswith("--"):
+                out[key] = rest[i + 1]
+                i += 1
+            else:
+                out[key] = True
+        i += 1
+    return out
+
+
+def role_of(proc: _procs.Proc) -> str:
+    title = proc.cmdline[0] if proc.cmdline else proc.comm
+    for prefix, role in _ROLES:
+        if title.startswith(prefix) or proc.comm.startswith(prefix):
+            return role
+    if title.startswith("sglang::"):
+        return title[len("sglang::"):].split()[0] or "sglang"
+    return "other"
+
+
+def interesting_env(env: Dict[str, str]) -> Dict[str, str]:
+    picked = {k: v for k, v in env.items() if k.startswith(_ENV_PREFIXES) or k in _ENV_KEYS}
+    return redact_env(dict(sorted(picked.items())))
+
+
+def _is_cmdline_main(reason: Optional[str]) -> bool:
+    return bool(reason and reason.startswith("command line"))
+
+
+def _is_python(proc: _procs.Proc) -> bool:
+    return bool(proc.cmdline) and bool(re.match(r"^python[0-9.]*$", os.path.basename(proc.cmdline[0])))
+
+
+def _exe(pid: int) -> Optional[str]:
+    try:
+        return os.readlink("/proc/%d/exe" % pid)
+    except OSError:
+        return None
+
+
+def _parent_in(proc: _procs.Proc, pids: Set[int]) -> bool:
+    return proc.ppid in pids
+
+
+def find_servers(procs: Optional[Dict[int, _procs.Proc]] = None, with_ports: bool = True) -> List[Server]:
+    """Every sglang server on the host (all users), grouped; see the module docstring."""
+    procs = _procs.snapshot() if procs is None else procs
+    reasons: Dict[int, str] = {}
+    for pid, proc in procs.items():
+        if proc.is_zombie:  # gone already: holds no port, GPU memory or file
+            continue
+        reason = _procs.sglang_reason(proc)
+        if reason:
+            reasons[pid] = reason
+    kids = _procs.children_map(procs)
+    # Environments: sglang processes, their parents (supervisor/launcher) and python processes.
+    env_pids = set(reasons) | {procs[p].ppid for p in reasons if procs[p].ppid in procs}
+    env_pids |= {pid for pid, proc in procs.items() if _is_python(proc)}
+    envs = {pid: e for pid, e in ((pid, _procs.read_environ(pid)) for pid in env_pids) if e is not None}
+
+    def marker(pid: int) -> Dict[str, str]:
+        env = envs.get(pid) or {}
+        return {k: env[k] for k in (_procs.MARKER_INSTANCE, _procs.MARKER_LAUNCH_ID,
+                                    _procs.MARKER_STATE_DIR) if k in env}
+
+    # Mains: command-line sglang processes whose parent is not one (`sglang serve` wrapper).
+    mains = [pid for pid, r in reasons.items()
+             if _is_cmdline_main(r) and not _is_cmdline_main(reasons.get(procs[pid].ppid))]
+    servers: Dict[int, Server] = {}
+    assigned: Dict[int, int] = {}
+    for pid in sorted(mains):
+        server = Server(main=procs[pid], marker=marker(pid))
+        server.members.append(Member(procs[pid], "main", reasons[pid]))
+        servers[pid] = server
+        assigned[pid] = pid
+        # Everything below the main belongs to it (ranks, detokenizer, resource tracker, ...).
+        stack = list(kids.get(pid, []))
+        while stack:
+            child = stack.pop()
+            if child in assigned:
+                continue
+            proc = procs[child]
+            role = "launcher" if _is_cmdline_main(reasons.get(child)) else role_of(proc)
+            if role == "other" and _procs.is_resource_tracker(proc):
+                role = "resource_tracker"
+            server.members.append(Member(proc, role, reasons.get(child) or "descendant of server %d" % pid))
+            assigned[child] = pid
+            stack.extend(kids.get(child, []))
+        # The supervising parent carries the same launch marker (sglang_launch's supervisor).
+        parent = procs.get(procs[pid].ppid)
+        if parent and server.marker and marker(parent.pid).get(_procs.MARKER_LAUNCH_ID) == \
+                server.marker.get(_procs.MARKER_LAUNCH_ID) and parent.pid not in assigned:
+            server.members.append(Member(parent, "supervisor", "instance marker of the server's parent"))
+            assigned[parent.pid] = pid
+
+    by_launch = {s.marker[_procs.MARKER_LAUNCH_ID]: s for s in servers.values()
+                 if s.marker.get(_procs.MARKER_LAUNCH_ID)}
+    by_group: Dict[int, Server] = {}
+    for s in servers.values():
+        by_group.setdefault(s.main.pgid, s)  # type: ignore[union-attr]
+    orphans: Dict[str, Server] = {}
+    # Escaped sglang processes, plus marked python processes that are not under a main.
+    strays = [pid for pid in reasons if pid not in assigned]
+    strays += [pid for pid in envs if pid not in assigned and pid not in reasons and marker(pid)
+               and procs[pid].ppid not in mains]
+    for pid in sorted(strays):
+        proc = procs[pid]
+        mark = marker(pid)
+        role = role_of(proc) if pid in reasons else "marked"
+        reason = reasons.get(pid) or "instance marker %s=%s" % (
+            _procs.MARKER_INSTANCE, mark.get(_procs.MARKER_INSTANCE))
+        server = by_launch.get(mark.get(_procs.MARKER_LAUNCH_ID, "")) or by_group.get(proc.pgid)
+        if server is None:
+            key = mark.get(_procs.MARKER_LAUNCH_ID) or "sid-%d" % proc.sid
+            server = orphans.setdefault(key, Server(main=None, marker=mark))
+        server.members.append(Member(proc, role, reason))
+        assigned[pid] = -1
+    out = list(servers.values()) + list(orphans.values())
+    socks = listeners_by_pid(sorted(p for p in assigned)) if with_ports and out else []
+    if orphans and socks:
+        out = _merge_by_socket(out, socks)
+    for server in out:
+        member_pids = set(server.pids)
+        for member in server.members:
+            # A rank/detokenizer whose parent is not in its server escaped: init, a subreaper,
+            # or a dead main. The main itself and its supervisor naturally have outside parents.
+            if member.role not in ("main", "supervisor") and not _parent_in(member.proc, member_pids):
+                member.orphaned = True
+        anchor = server.main or server.members[0].proc
+        server.exe = _exe(anchor.pid)
+        env = envs.get(anchor.pid)
+        server.env = interesting_env(env) if env else {}
+    if with_ports and out:
+        attach_listeners(out, socks)
+    return out
+
+
+def _merge_by_socket(servers: List[Server], socks: List[Listener]) -> List[Server]:
+    """A titled process cannot be tied to its server by environment (setproctitle overwrites
+    /proc/PID/environ), but an escaped worker still holding the server's listening socket
+    (sglang #15165) is that server's: move it there."""
+    owner: Dict[int, Server] = {pid: s for s in servers for pid in s.pids}
+    for sock in socks:
+        holders = [owner[p] for p in sock.pids if p in owner]
+        mains = [s for s in holders if s.main is not None]
+        if not mains:
+            continue
+        for stray in holders:
+            if stray.main is None and stray.members:
+                mains[0].members.extend(stray.members)
+                for member in stray.members:
+                    owner[member.proc.pid] = mains[0]
+                stray.members = []
+    return [s for s in servers if s.members]
+
+
+def attach_listeners(servers: List[Server], socks: Optional[List[Listener]] = None) -> None:
+    """One pass over /proc/net/tcp{,6} and the members' fd tables for all servers at once."""
+    owner: Dict[int, Server] = {pid: s for s in servers for pid in s.pids}
+    for listener in (socks if socks is not None else listeners_by_pid(owner)):
+        for pid in listener.pids:
+            server = owner.get(pid)
+            if server is not None:
+                entry = listener.to_dict()
+                entry["pids"] = [p for p in listener.pids if owner.get(p) is server]
+                if entry not in server.listeners:
+                    server.listeners.append(entry)
+
+
+def server_of_pid(servers: Iterable[Server], pid: int) -> Optional[Server]:
+    for server in servers:
+        if pid in server.pids:
+            return server
+    return None

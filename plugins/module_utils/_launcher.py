@@ -1,0 +1,268 @@
+"""The spawn: supervisor + server in a new session, a clean explicit environment, a fresh
+per-launch log file, and the launch record that every later step works from.
+
+The server must outlive the ansible task and the ssh session: a new session (setsid) with no
+controlling terminal, stdin from /dev/null, stdout/stderr to the log file, no inherited fds.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _record, _redact, _supervisor
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+NO_PROXY = "localhost,127.0.0.1,::1"
+# Inherited from the module's environment when present: identity and locale, nothing else.
+_PASS_THROUGH = ("HOME", "USER", "LOGNAME", "LANG")
+_PROXY_KEYS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+PID_WAIT_SECONDS = 2.0
+SETTLE_SECONDS = 0.3
+LOG_TAIL_BYTES = 4096
+
+
+@dataclass
+class LaunchSpec:
+    name: str
+    state_dir: str
+    log_dir: str
+    python: str                     # venv interpreter path as given (never its realpath)
+    venv: Optional[str]
+    argv: List[str]                 # full server argv, secrets in clear (only here)
+    env: Dict[str, str]             # the operator's env
+    keep_logs: int = 5
+    secrets: List[str] = field(default_factory=list)
+    extra_secret_flags: List[str] = field(default_factory=list)
+
+
+# --- log files -------------------------------------------------------------------------------
+
+def utc_stamp(now: Optional[float] = None) -> str:
+    return datetime.fromtimestamp(now if now is not None else time.time(), timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _log_re(name: str) -> "re.Pattern[str]":
+    return re.compile(r"^%s-\d{8}T\d{6}Z(-\d+)?\.log$" % re.escape(name))
+
+
+def open_launch_log(log_dir: str, name: str, now: Optional[float] = None) -> Tuple[str, int]:
+    """A fresh file for this launch (O_EXCL: never appended to an older launch's log, so every
+    line in it belongs to this launch); a numeric suffix when two launches share a second."""
+    _record.ensure_dir(log_dir, 0o755)
+    stem = "%s-%s" % (name, utc_stamp(now))
+    for attempt in range(1000):
+        path = os.path.join(log_dir, "%s%s.log" % (stem, "" if attempt == 0 else "-%d" % attempt))
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o640)
+            return path, fd
+        except FileExistsError:
+            continue
+    raise SglangError("cannot create a fresh log file %s*.log in %s" % (stem, log_dir))
+
+
+def link_path(log_dir: str, name: str) -> str:
+    return os.path.join(log_dir, "%s.log" % name)
+
+
+def update_log_link(log_dir: str, name: str, log_path: str) -> str:
+    """<name>.log -> newest per-launch log, replaced atomically (rename over the old link)."""
+    link = link_path(log_dir, name)
+    tmp = "%s.%d.tmp" % (link, os.getpid())
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(os.path.basename(log_path), tmp)
+    os.replace(tmp, link)
+    return link
+
+
+def prune_logs(log_dir: str, name: str, keep: int, current: str) -> List[str]:
+    """Delete older per-launch logs of this instance beyond the newest `keep` (current kept)."""
+    pattern = _log_re(name)
+    try:
+        entries = [e for e in os.listdir(log_dir) if pattern.match(e)]
+    except OSError:
+        return []
+    paths = [os.path.join(log_dir, e) for e in entries]
+
+    def age_key(path: str) -> Tuple[float, str]:
+        try:
+            return os.stat(path).st_mtime, path
+        except OSError:
+            return 0.0, path
+
+    ordered = sorted(paths, key=age_key, reverse=True)
+    survivors = [current] + [p for p in ordered if p != current][:max(keep - 1, 0)]
+    removed = []
+    for path in ordered:
+        if path not in survivors:
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError:
+                pass
+    return removed
+
+
+def log_tail(path: str, secrets: List[str], max_bytes: int = LOG_TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return _redact.redact_text(data, secrets)
+
+
+# --- environment -----------------------------------------------------------------------------
+
+def _merge_no_proxy(value: Optional[str]) -> str:
+    items = [i.strip() for i in (value or "").split(",") if i.strip()]
+    for host in NO_PROXY.split(","):
+        if host not in items:
+            items.append(host)
+    return ",".join(items)
+
+
+def build_env(python: str, venv: Optional[str], user_env: Mapping[str, str], markers: Mapping[str, str],
+              tmpdir: str, inherited: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The server's whole environment, built explicitly: nothing from the ansible task leaks in
+    (no proxies unless the operator sets them, no PYTHONPATH, no activated-venv leftovers)."""
+    inherited = os.environ if inherited is None else inherited
+    bin_dir = os.path.join(venv, "bin") if venv else os.path.dirname(python)
+    env: Dict[str, str] = {k: inherited[k] for k in _PASS_THROUGH if inherited.get(k)}
+    env.setdefault("LANG", "C.UTF-8")
+    env["PATH"] = "%s:%s" % (bin_dir, SYSTEM_PATH)
+    if venv:
+        env["VIRTUAL_ENV"] = venv
+    env["TMPDIR"] = tmpdir
+    env["PYTHONUNBUFFERED"] = "1"
+    # setproctitle overwrites the environ block of every titled child (sglang::scheduler_TP0...)
+    # unless SPT_NOENV is set; keeping it makes the instance marker readable in every rank.
+    env["SPT_NOENV"] = "1"
+    env.update(markers)
+    env.update({k: str(v) for k, v in user_env.items()})
+    # Warmup talks HTTP to localhost: a proxy must never see it (after env, which may add more).
+    merged = _merge_no_proxy(env.get("no_proxy") or env.get("NO_PROXY"))
+    env["no_proxy"] = env["NO_PROXY"] = merged
+    env.update(markers)  # the markers are identity: never overridden
+    return env
+
+
+# --- the spawn -------------------------------------------------------------------------------
+
+def _child_of(parent: int) -> Optional[_procs.Proc]:
+    for pid in _procs.pids():
+        proc = _procs.read_proc(pid)
+        if proc is not None and proc.ppid == parent:
+            return proc
+    return None
+
+
+def _read_exit(path: str, launch_id: str) -> Optional[Dict[str, Any]]:
+    try:
+        data = _record.read_json(path)
+    except SglangError:
+        return None
+    if data and data.get("launch_id") == launch_id:
+        return data
+    return None
+
+
+def _exit_text(exit_data: Optional[Dict[str, Any]], returncode: Optional[int]) -> str:
+    if exit_data:
+        if exit_data.get("error"):
+            return exit_data["error"]
+        if exit_data.get("signal"):
+            return "killed by %s" % exit_data["signal"]
+        return "exit status %s" % exit_data.get("returncode")
+    if returncode is not None:
+        return "supervisor exit status %d" % returncode
+    return "unknown exit status"
+
+
+def wait_for_server(sup: "subprocess.Popen[bytes]", exit_path: str, launch_id: str,
+                    timeout: float = PID_WAIT_SECONDS) -> Tuple[Optional[_procs.Proc], Optional[Dict[str, Any]]]:
+    """(server Proc, None) once the supervisor's child exists, or (None, exit data) when the
+    launch already ended (the supervisor reaped the server or could not execute it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        child = _child_of(sup.pid)
+        if child is not None and not child.is_zombie:
+            return child, None
+        rc = sup.poll()
+        if rc is not None:
+            return None, _read_exit(exit_path, launch_id) or {"returncode": rc, "launch_id": launch_id,
+                                                             "pid": None, "signal": None}
+        if time.monotonic() >= deadline:
+            return None, None
+        time.sleep(0.02)
+
+
+def spawn(spec: LaunchSpec) -> Dict[str, Any]:
+    """Start the server; return the launch record (already written). Raises SglangError with
+    `log_tail` when the server is gone within the first moments."""
+    launch_id = uuid.uuid4().hex
+    markers = {_procs.MARKER_INSTANCE: spec.name, _procs.MARKER_LAUNCH_ID: launch_id,
+               _procs.MARKER_STATE_DIR: spec.state_dir}
+    tmpdir = _record.tmpdir_path(spec.state_dir, spec.name)
+    _record.ensure_dir(tmpdir, 0o700)
+    os.chmod(tmpdir, 0o700)
+    exit_path = _record.exit_path(spec.state_dir, spec.name)
+    try:
+        os.unlink(exit_path)  # a stale exit file must never be read as this launch's
+    except FileNotFoundError:
+        pass
+    _supervisor.install(spec.state_dir)
+    env = build_env(spec.python, spec.venv, spec.env, markers, tmpdir)
+    now = time.time()
+    log_path, log_fd = open_launch_log(spec.log_dir, spec.name, now)
+    link = update_log_link(spec.log_dir, spec.name, log_path)
+    prune_logs(spec.log_dir, spec.name, spec.keep_logs, log_path)
+    cmd = _supervisor.command(spec.python, spec.state_dir, exit_path, launch_id, spec.argv)
+    try:
+        sup = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+                               close_fds=True, start_new_session=True, env=env, cwd=tmpdir)
+    except OSError as exc:
+        raise SglangError("cannot start %s: %s" % (spec.python, exc.strerror or exc), reason="spawn_failed")
+    finally:
+        os.close(log_fd)
+    server, exit_data = wait_for_server(sup, exit_path, launch_id)
+    if server is not None:
+        # A server that cannot even parse its arguments dies within moments: catch that here.
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while time.monotonic() < deadline and sup.poll() is None:
+            time.sleep(0.02)
+        if sup.poll() is not None:
+            exit_data = _read_exit(exit_path, launch_id) or {"returncode": sup.returncode}
+            server = None
+    if server is None:
+        tail = log_tail(log_path, spec.secrets)
+        what = _exit_text(exit_data, sup.poll()) if exit_data or sup.poll() is not None else \
+            "no server process appeared within %.0f s" % PID_WAIT_SECONDS
+        raise SglangError("the server of instance %r exited right after the launch (%s); see %s"
+                          % (spec.name, what, log_path), reason="died", log_path=log_path,
+                          log_tail=tail, exit=exit_data)
+    sup_proc = _procs.read_proc(sup.pid)
+    redacted_argv = _redact.redact_argv(spec.argv, spec.extra_secret_flags)
+    user_env = _redact.redact_env({k: str(v) for k, v in spec.env.items()})
+    user_env.update(markers)
+    return {
+        "name": spec.name, "launch_id": launch_id, "state_dir": spec.state_dir,
+        "pid": server.pid, "start_time": server.start_time,
+        "supervisor_pid": sup.pid, "supervisor_start_time": sup_proc.start_time if sup_proc else None,
+        "pgid": server.pgid, "sid": server.sid,
+        "argv": redacted_argv, "env": user_env,
+        "log_path": log_path, "log_offset": 0, "log_link": link,
+        "tmpdir": tmpdir, "exit_path": exit_path,
+        "launched_at": now,
+        "launched_at_utc": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }

@@ -1,0 +1,189 @@
+"""Follow one launch's log incrementally: only new bytes each poll, from the launch's offset.
+
+Unlike `wait_for search_regex` (which re-reads the whole file every second, so an old ready line
+in an appended log matches at once), the follower starts at the byte offset the launch record
+gives and never looks before it. It survives the two things log management does to files:
+- rotation (rename + new file at the path): the old file is drained, then the new inode is
+  followed from byte 0;
+- truncation (copytruncate, `> file`): size below our position -> restart from 0, noted.
+A deleted file keeps being read through the open descriptor (the server still writes there).
+SGLang's stderr is a redirect it never reopens, so after a rename it keeps writing to the OLD
+inode: the follower keeps draining the previous file too (one extra read per poll).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import BinaryIO, List, Optional, Tuple
+
+# Bounded work per poll: a flood of output is consumed over several polls, never all at once.
+MAX_READ_PER_POLL = 4 * 1024 * 1024
+# A "line" without a newline for this long (a progress bar gone wild) is emitted in pieces.
+MAX_LINE = 64 * 1024
+
+
+@dataclass
+class LogEvent:
+    kind: str  # "opened" | "truncated" | "rotated" | "missing" | "reappeared"
+    detail: str
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "detail": self.detail}
+
+
+class LogFollower:
+    """Incremental reader of `path` starting at byte `offset`.
+
+    `poll()` returns the complete new lines (decoded, newline stripped); a trailing partial line
+    is kept until its newline arrives, or returned by `poll(final=True)`.
+    """
+
+    def __init__(self, path: str, offset: int = 0, max_read: int = MAX_READ_PER_POLL) -> None:
+        self.path = path
+        self.offset = max(0, int(offset or 0))
+        self.max_read = max_read
+        self.events: List[LogEvent] = []
+        self.truncated = False
+        self.bytes_read = 0
+        self._fh: Optional[BinaryIO] = None
+        self._previous: Optional[BinaryIO] = None  # the rotated-away file, still drained
+        self._ident: Optional[Tuple[int, int]] = None  # (st_dev, st_ino) of the open file
+        self._pos = 0
+        self._partial = b""
+        self._missing_noted = False
+        self._opened_once = False
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return self._fh is not None
+
+    @property
+    def ever_opened(self) -> bool:
+        return self._opened_once
+
+    @property
+    def position(self) -> int:
+        return self._pos
+
+    def _note(self, kind: str, detail: str) -> None:
+        self.events.append(LogEvent(kind, detail))
+
+    # -- file handling ----------------------------------------------------------------------
+    def _open(self, first: bool) -> bool:
+        """Open the file now at `path`; the first open honours the launch offset."""
+        try:
+            fh = open(self.path, "rb")
+        except FileNotFoundError:
+            return False
+        st = os.fstat(fh.fileno())
+        start = 0
+        if first:
+            start = self.offset
+            if st.st_size < self.offset:
+                # The launch's bytes are gone (truncated before we looked): read what is there.
+                self.truncated = True
+                self._note("truncated", "%s is %d bytes, below the launch offset %d: reading "
+                           "from 0" % (self.path, st.st_size, self.offset))
+                start = 0
+        fh.seek(start)
+        self._fh, self._pos = fh, start
+        self._ident = (st.st_dev, st.st_ino)
+        self._opened_once = True
+        return True
+
+    def _close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+        self._fh = None
+
+    def close(self) -> None:
+        self._close()
+        if self._previous is not None:
+            self._previous.close()
+            self._previous = None
+
+    def _drain_previous(self, budget: int) -> bytes:
+        if self._previous is None or budget <= 0:
+            return b""
+        return self._previous.read(budget)
+
+    def _read_available(self, budget: int) -> bytes:
+        """Bytes from our position to EOF of the open file (at most `budget`)."""
+        assert self._fh is not None
+        st = os.fstat(self._fh.fileno())
+        if st.st_size < self._pos:
+            self.truncated = True
+            self._note("truncated", "%s shrank to %d bytes below position %d: reading from 0"
+                       % (self.path, st.st_size, self._pos))
+            self._fh.seek(0)
+            self._pos = 0
+            self._partial = b""  # its start was cut away; a fragment would mislead
+        data = self._fh.read(budget)
+        self._pos += len(data)
+        return data
+
+    def _path_ident(self) -> Optional[Tuple[int, int]]:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    # -- polling ----------------------------------------------------------------------------
+    def poll(self, final: bool = False) -> List[str]:
+        """New complete lines since the last poll (all remaining text when `final`)."""
+        chunks = [self._drain_previous(self.max_read)]
+        if self._fh is None and not self._open(first=not self._opened_once):
+            self._note_missing("%s does not exist" % self.path)
+        else:
+            chunks.append(self._read_available(self.max_read - len(chunks[0])))
+            self._check_rotation(chunks)
+        data = b"".join(chunks)
+        self.bytes_read += len(data)
+        return self._split(data, final)
+
+    def _note_missing(self, detail: str) -> None:
+        if not self._missing_noted:
+            self._missing_noted = True
+            self._note("missing", detail)
+
+    def _check_rotation(self, chunks: List[bytes]) -> None:
+        """After reading to EOF: is another file at `path` now? Then switch to it from 0."""
+        budget = self.max_read - sum(len(c) for c in chunks)
+        ident = self._path_ident()
+        if ident is None:
+            self._note_missing("%s was removed; still reading the open file" % self.path)
+            return
+        if ident == self._ident or budget <= 0:  # no budget left: not yet at EOF, next poll
+            return
+        if self._previous is not None:
+            self._previous.close()
+        self._previous, self._fh = self._fh, None
+        self._missing_noted = False
+        if self._open(first=False):
+            self._note("rotated", "%s was replaced (new inode): following the new file from 0"
+                       % self.path)
+            chunks.append(self._read_available(budget))
+
+    def _split(self, data: bytes, final: bool) -> List[str]:
+        buf = self._partial + data
+        complete, sep, self._partial = buf.rpartition(b"\n")
+        lines: List[bytes] = []
+        if sep:
+            for raw in complete.split(b"\n"):
+                # tqdm redraws with \r: each redraw is a line of its own (and \r\n is one end).
+                lines.extend(seg for seg in raw.split(b"\r") if seg)
+        while len(self._partial) > MAX_LINE:
+            lines.append(self._partial[:MAX_LINE])
+            self._partial = self._partial[MAX_LINE:]
+        if final:
+            lines.extend(self._flush_bytes())
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    def _flush_bytes(self) -> List[bytes]:
+        rest, self._partial = self._partial, b""
+        return [seg for seg in rest.split(b"\r") if seg]
+
+    def _flush(self) -> List[str]:
+        return [line.decode("utf-8", "replace") for line in self._flush_bytes()]

@@ -1,0 +1,135 @@
+"""What SGLang's startup log says, as regular expressions (reference/sglang.md, "Log").
+
+0.5.6 wording is the anchor; later versions reword some lines, so every pattern matches a
+short, stable fragment rather than a whole line. Operators can override or extend the ready and
+fatal lists (module options); the phase list is informational and never decides readiness.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, List, Optional, Pattern, Sequence, Tuple
+
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+# The one INFO line that says warmup succeeded (node_rank 0 only).
+READY_PATTERNS: Tuple[str, ...] = (
+    r"The server is fired up and ready to roll!",
+)
+
+# Nodes with node_rank >= 1 have no HTTP server and never print the ready line.
+DUMMY_HEALTH_PATTERNS: Tuple[str, ...] = (
+    r"Dummy health check server started",
+)
+
+# Each of these means the launch is dead or dying: fail at once with the decisive lines.
+FATAL_PATTERNS: Tuple[str, ...] = (
+    r"No module named",
+    r"ModuleNotFoundError",
+    r"Not enough memory",
+    r"CUDA out of memory",
+    r"CUDA error: out of memory",
+    r"torch\.OutOfMemoryError",
+    r"Capture cuda graph failed",
+    r"memory capacity is unbalanced",
+    r"Scheduler hit an exception",
+    r"scheduler is dead",
+    r"died during initialization",
+    r"Initialization failed",
+    r"Received sigquit from a child process",
+    r"error while attempting to bind on address",
+)
+
+# uvicorn's bind failure: the port belongs to someone else (the stale-server incident).
+BIND_ERROR = re.compile(r"error while attempting to bind on address\s*\(?'?\[?([^'\]\s,]*)\]?'?,\s*(\d+)")
+BIND_ERROR_ANY = re.compile(r"error while attempting to bind on address")
+# `Uvicorn running on http://HOST:PORT (Press CTRL+C to quit)`; HOST may be [v6].
+UVICORN_RUNNING = re.compile(r"Uvicorn running on (?:https?://)?(\[[^\]]*\]|[^\s:/]+):(\d+)")
+
+TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)")
+# The closing line of a traceback: `ValueError: ...`, `sglang.X.Error: ...`, `KeyboardInterrupt`.
+EXCEPTION_LINE = re.compile(
+    r"^(?:\[[^\]]*\]\s*)?[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b(?::|$)")
+
+# `[2025-01-02 03:04:05 TP0]` or with SGLANG_LOG_MS=1 `[2025-01-02 03:04:05.123 TP0]`.
+TIMESTAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(\.\d{1,6})?[\] ]")
+
+TIMESTAMP_PREFIX = re.compile(r"^\[\d{4}-\d{2}-\d{2} [^\]]*\]\s*")
+
+# Startup phases in the order a healthy server reaches them: (phase name, pattern).
+PHASES: Tuple[Tuple[str, str], ...] = (
+    ("init distributed", r"Init torch distributed begin"),
+    ("weight load begin", r"Load weight begin|Loading safetensors checkpoint shards"),
+    ("weight load end", r"Load weight end"),
+    ("kv cache", r"KV Cache is allocated"),
+    ("memory pool", r"Memory pool end"),
+    ("cuda graph begin", r"Capture cuda graph begin"),
+    ("cuda graph end", r"Capture cuda graph end"),
+    ("http up", r"Uvicorn running on"),
+    ("warmup", r"\"POST /generate HTTP|[Ww]armup (?:begin|start)"),
+)
+# The last phases come from the (overridable) ready patterns, not from PHASES.
+READY_PHASE = "ready"
+NODE_READY_PHASE = "dummy health server"
+PHASE_NAMES: Tuple[str, ...] = tuple(phase[0] for phase in PHASES) + (READY_PHASE, NODE_READY_PHASE)
+
+# What the operator is told a server at each phase is doing (timeout messages).
+PHASE_MEANING = {
+    None: "no startup line of this launch yet (interpreter/import stage)",
+    "init distributed": "initialising torch.distributed / NCCL",
+    "weight load begin": "loading the model weights (weight load)",
+    "weight load end": "weights loaded, allocating the KV cache",
+    "kv cache": "KV cache allocated, building the memory pool",
+    "memory pool": "memory pool built, about to capture CUDA graphs or start HTTP",
+    "cuda graph begin": "capturing CUDA graphs",
+    "cuda graph end": "CUDA graphs captured, starting the HTTP server",
+    "http up": "HTTP server listening, waiting for warmup",
+    "warmup": "warmup request sent, waiting for the ready line",
+    "ready": "ready line printed",
+    NODE_READY_PHASE: "dummy health server started (node_rank >= 1)",
+}
+
+# Log levels that hide INFO lines (the ready line and uvicorn's `Uvicorn running on`).
+_QUIET_LEVELS = ("warning", "warn", "error", "critical", "fatal")
+
+
+def compile_patterns(patterns: Iterable[str], what: str) -> List[Pattern[str]]:
+    """Regexes from operator input; a bad one is a precise error, not a traceback."""
+    out: List[Pattern[str]] = []
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not pattern:
+            raise SglangError("%s contains an empty or non-string pattern: %r" % (what, pattern),
+                              reason="invalid_argument")
+        try:
+            out.append(re.compile(pattern))
+        except re.error as exc:
+            raise SglangError("%s pattern %r is not a valid regular expression: %s"
+                              % (what, pattern, exc), reason="invalid_argument")
+    return out
+
+
+def first_match(line: str, patterns: Sequence[Pattern[str]]) -> Optional[str]:
+    for pattern in patterns:
+        if pattern.search(line):
+            return pattern.pattern
+    return None
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> Optional[str]:
+    """Last value of `--flag V` or `--flag=V` (argparse: the last one wins)."""
+    value: Optional[str] = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def quiet_log_levels(argv: Sequence[str]) -> Tuple[Optional[str], Optional[str]]:
+    """(server level, http level) when they hide INFO lines, else None for each.
+
+    sglang passes `--log-level-http` (default: `--log-level`) to uvicorn, so a quiet server
+    level also hides `Uvicorn running on` unless the HTTP level is set back to info."""
+    level = (_flag_value(argv, "--log-level") or "info").lower()
+    http = (_flag_value(argv, "--log-level-http") or level).lower()
+    return (level if level in _QUIET_LEVELS else None, http if http in _QUIET_LEVELS else None)

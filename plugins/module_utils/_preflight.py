@@ -1,0 +1,382 @@
+"""Everything that must hold BEFORE a launch (and before a restart stops the old server).
+
+Each check appends one entry to a `Report`; a failed check adds a precise sentence to
+`errors`. All checks run even after a failure, so the operator sees every problem at once
+instead of fixing them one launch at a time.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _cliargs, _gpus, _interpreter, _introspect, _ports, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+ENTRYPOINTS = ("auto", "launch_server", "serve")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_MARKERS = (_procs.MARKER_INSTANCE, _procs.MARKER_LAUNCH_ID, _procs.MARKER_STATE_DIR)
+
+
+@dataclass
+class Report:
+    checks: List[Dict[str, str]] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+
+    def ok(self, name: str, msg: str) -> None:
+        self.checks.append({"name": name, "status": "ok", "msg": msg})
+
+    def fail(self, name: str, msg: str) -> None:
+        self.checks.append({"name": name, "status": "failed", "msg": msg})
+        self.errors.append(msg)
+
+    def warn(self, name: str, msg: str) -> None:
+        self.checks.append({"name": name, "status": "warning", "msg": msg})
+        self.warnings.append(msg)
+
+    def note(self, name: str, msg: str) -> None:
+        self.checks.append({"name": name, "status": "note", "msg": msg})
+
+    def skip(self, name: str, msg: str) -> None:
+        self.checks.append({"name": name, "status": "skipped", "msg": msg})
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"checks": list(self.checks), "errors": list(self.errors), "warnings": list(self.warnings)}
+
+
+# --- plain parameters ------------------------------------------------------------------------
+
+def check_port_param(report: Report, port: Any) -> Optional[int]:
+    try:
+        value = _ports.validate_port(port)
+    except ValueError as exc:
+        report.fail("port", "port: %s" % exc)
+        return None
+    report.ok("port", "port %d is a valid TCP port" % value)
+    return value
+
+
+def check_tp_size(report: Report, tp_size: Any) -> Optional[int]:
+    try:
+        value = int(str(tp_size))
+        if str(value) != str(tp_size).strip():
+            raise ValueError
+    except (TypeError, ValueError):
+        report.fail("tp_size", "tp_size %r is not an integer" % (tp_size,))
+        return None
+    if value < 1:
+        report.fail("tp_size", "tp_size must be at least 1, got %d" % value)
+        return None
+    report.ok("tp_size", "tp_size %d" % value)
+    return value
+
+
+def check_env(report: Report, env: Optional[Mapping[Any, Any]]) -> Dict[str, str]:
+    """POSIX names, string values without NUL (YAML booleans are refused: `true` would reach
+    the server as 'True'); the instance markers are identity and cannot be set."""
+    out: Dict[str, str] = {}
+    bad: List[str] = []
+    for key, value in (env or {}).items():
+        if not isinstance(key, str) or not _ENV_KEY.match(key):
+            bad.append("env key %r is not a valid variable name (letters, digits, '_', not starting with a digit)" % (key,))
+            continue
+        if key in _MARKERS:
+            bad.append("env key %s is an instance marker set by the launch itself and cannot be overridden" % key)
+            continue
+        if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
+            bad.append("env %s must be a string, got %s %r (quote it in YAML)" % (key, type(value).__name__, value))
+            continue
+        text = str(value)
+        if "\0" in text:
+            bad.append("env %s contains a NUL byte" % key)
+            continue
+        out[key] = text
+    for msg in bad:
+        report.fail("env", msg)
+    if not bad:
+        report.ok("env", "%d environment variable(s) valid" % len(out))
+    return out
+
+
+def check_args(report: Report, args: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    norm, errors = _cliargs.normalize_args(args)
+    errors += _cliargs.dedicated_conflicts(norm)
+    for msg in errors:
+        report.fail("args", msg)
+    if not errors:
+        report.ok("args", "%d server flag(s) given" % len(norm))
+    return norm
+
+
+def check_log_level(report: Report, args: Mapping[str, Any], allow: bool) -> None:
+    quiet = _cliargs.quiet_log_level(args)
+    if quiet is None:
+        return
+    flag, level = quiet
+    msg = ("%s %s hides the INFO line 'The server is fired up and ready to roll!' that readiness "
+           "is judged from" % (flag, level))
+    if allow:
+        report.warn("log_level", msg + "; allowed by allow_log_level_warning")
+    else:
+        report.fail("log_level", msg + "; use info, or set allow_log_level_warning: true")
+
+
+# --- interpreter and sglang ------------------------------------------------------------------
+
+def check_interpreter(report: Report, venv: Optional[str], python: Optional[str], timeout: float) -> Any:
+    """The Interpreter, or None. Never a bare `python3` looked up in PATH: that is how the
+    incident ran the system python without sglang."""
+    if python is not None and not os.path.isabs(python):
+        report.fail("interpreter", "python %r must be an absolute path (a name looked up in PATH is how the "
+                                   "system python gets used by mistake); give the venv instead" % python)
+        return None
+    if venv is not None and not os.path.isabs(venv):
+        report.fail("interpreter", "venv %r must be an absolute path" % venv)
+        return None
+    try:
+        interp = _interpreter.resolve(venv=venv, python=python, timeout=timeout)
+    except SglangError as exc:
+        report.fail("interpreter", exc.msg)
+        return None
+    if getattr(interp, "error", None):
+        report.fail("interpreter", "interpreter %s is unusable: %s" % (interp.path, interp.error))
+        return None
+    if venv is not None and not os.path.abspath(interp.path).startswith(os.path.abspath(venv).rstrip("/") + "/"):
+        report.fail("interpreter", "interpreter %s is not inside venv %s" % (interp.path, venv))
+        return None
+    if interp.is_venv:
+        report.ok("interpreter", "interpreter %s (Python %s, venv %s)" % (interp.path, interp.python_version, interp.venv))
+    else:
+        report.warn("interpreter", "interpreter %s (Python %s) is not a virtualenv" % (interp.path, interp.python_version))
+    return interp
+
+
+def _elsewhere(interp: Any, search_paths: Optional[List[str]]) -> List[Dict[str, Any]]:
+    try:
+        return list(_interpreter.where_is_sglang(interp, search_paths=search_paths) or [])
+    except SglangError:
+        return []
+
+
+def check_sglang(report: Report, interp: Any, search_paths: Optional[List[str]]) -> bool:
+    if interp.sglang_installed:
+        report.ok("sglang", "sglang %s importable from %s (%s)" % (interp.sglang_version, interp.path,
+                                                                 interp.sglang_location))
+        return True
+    found = [f for f in _elsewhere(interp, search_paths) if f.get("python") != interp.path]
+    msg = ("interpreter %s cannot import sglang: `%s -m sglang.launch_server` would fail with "
+           "'No module named sglang.launch_server'" % (interp.path, interp.path))
+    if found:
+        where = "; ".join("sglang %s in venv %s (python %s)" % (f.get("sglang_version"), f.get("venv") or "-",
+                                                              f.get("python")) for f in found)
+        best = found[0].get("venv") or found[0].get("python")
+        msg += "; sglang is installed in: %s; set venv: %s" % (where, best)
+    else:
+        msg += "; no other interpreter with sglang was found (searched: %s)" % (
+            ", ".join(search_paths) if search_paths else "default locations")
+    report.fail("sglang", msg)
+    return False
+
+
+def choose_entrypoint(report: Report, interp: Any, wanted: str) -> Tuple[Optional[str], List[str]]:
+    """(entrypoint name, argv prefix). `serve` runs the venv's `sglang` console script (the
+    real wheel's entry point sglang.cli.main:main has no `python -m` form)."""
+    have = dict(getattr(interp, "entrypoints", {}) or {})
+    script = getattr(interp, "serve_script", None)
+    order = ["launch_server", "serve"] if wanted == "auto" else [wanted]
+    for entry in order:
+        if entry == "launch_server" and have.get("launch_server"):
+            report.ok("entrypoint", "entry point: %s -m sglang.launch_server" % interp.path)
+            return entry, [interp.path, "-m", "sglang.launch_server"]
+        if entry == "serve" and have.get("serve") and script:
+            report.ok("entrypoint", "entry point: %s serve" % script)
+            return entry, [script, "serve"]
+    if wanted == "serve" and have.get("serve") and not script:
+        report.fail("entrypoint", "entrypoint serve needs the `sglang` console script of %s, which is missing"
+                    % (interp.venv or interp.path))
+    else:
+        report.fail("entrypoint", "sglang %s at %s has no %s entry point" % (
+            interp.sglang_version, interp.path, "launch_server or serve" if wanted == "auto" else wanted))
+    return None, []
+
+
+def check_flags(report: Report, interp: Any, args: Mapping[str, Any], cache_dir: Optional[str],
+                timeout: float) -> Optional[Dict[str, Dict[str, Any]]]:
+    """Every flag in args against the argparse parser of THAT sglang version."""
+    try:
+        data = _introspect.introspect(interp, cache_dir=cache_dir, timeout=timeout)
+    except SglangError as exc:
+        stderr = (exc.details or {}).get("stderr")
+        tail = (" (stderr: %s)" % stderr.strip()[-500:]) if stderr else ""
+        report.fail("flags", "cannot read the flags of sglang %s at %s: %s%s"
+                    % (interp.sglang_version, interp.path, exc.msg, tail))
+        return None
+    flags = data.get("flags") or {}
+    errors = _cliargs.validate_against_flags(args, flags, interp.sglang_version or data.get("sglang_version") or "")
+    errors += [e for e in _cliargs.dedicated_conflicts(args, flags)
+               if e not in _cliargs.dedicated_conflicts(args)]  # aliases only: the plain ones are reported already
+    for msg in errors:
+        report.fail("flags", msg)
+    if not errors:
+        report.ok("flags", "%d flag(s) valid for sglang %s (%d known%s)" % (
+            len(args), interp.sglang_version, len(flags), ", cached" if data.get("cached") else ""))
+    return flags
+
+
+# --- the host --------------------------------------------------------------------------------
+
+def check_model_path(report: Report, model_path: str) -> str:
+    """A local directory with config.json (or a .gguf file), or a hub id `org/name`.
+    Local paths come back absolute: the server's cwd is not the task's."""
+    if not isinstance(model_path, str) or not model_path.strip():
+        report.fail("model_path", "model_path is empty")
+        return model_path
+    path = os.path.expanduser(model_path)
+    if os.path.exists(path):
+        path = os.path.abspath(path)
+        if os.path.isdir(path):
+            if not os.path.isfile(os.path.join(path, "config.json")):
+                report.fail("model_path", "model_path %s is a directory without config.json" % path)
+            elif not os.access(path, os.R_OK | os.X_OK):
+                report.fail("model_path", "model_path %s is not readable by uid %d" % (path, os.geteuid()))
+            else:
+                report.ok("model_path", "model_path %s has config.json" % path)
+        elif path.endswith(".gguf"):
+            report.ok("model_path", "model_path %s is a GGUF file" % path)
+        else:
+            report.fail("model_path", "model_path %s is a file, not a model directory" % path)
+        return path
+    if not model_path.startswith(("/", ".", "~")) and _HUB_ID.match(model_path):
+        report.note("model_path", "model_path %s is not a local path: treated as a hub id (not checked)" % model_path)
+        return model_path
+    report.fail("model_path", "model_path %s does not exist" % path)
+    return path
+
+
+def _visible_count(gpus: int, env: Mapping[str, str]) -> int:
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is None:
+        return gpus
+    return len([d for d in cvd.split(",") if d.strip() and d.strip() != "-1"])
+
+
+def check_gpus(report: Report, tp_size: int, backend: str, env: Mapping[str, str],
+               args: Mapping[str, Any]) -> None:
+    gpu_report = _gpus.query_gpus(backend)
+    if gpu_report.backend == "none":
+        report.note("gpus", "GPUs not checked: %s" % (gpu_report.note or "no GPU backend"))
+        return
+    nnodes = _int_or(args.get("--nnodes"), 1)
+    base = _int_or(args.get("--base-gpu-id"), 0)
+    need = max(1, -(-tp_size // max(nnodes, 1))) + base
+    visible = _visible_count(len(gpu_report.gpus), env)
+    if visible < need:
+        report.fail("gpus", "tp_size %d needs %d GPU(s) on this node (nnodes %d, base-gpu-id %d) but %d %s visible (%s)"
+                    % (tp_size, need, nnodes, base, visible, "is" if visible == 1 else "are", gpu_report.backend))
+    else:
+        report.ok("gpus", "%d GPU(s) visible via %s, %d needed" % (visible, gpu_report.backend, need))
+
+
+def _int_or(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def instance_pids(record: Optional[Mapping[str, Any]]) -> Set[int]:
+    """The live processes of a recorded launch: supervisor, server and their descendants."""
+    if not record:
+        return set()
+    procs = _procs.snapshot()
+    roots = [p for p in (record.get("supervisor_pid"), record.get("pid")) if isinstance(p, int) and p in procs]
+    out = set(roots)
+    for root in roots:
+        out |= _procs.descendants(root, procs)
+    return out
+
+
+def _is_instance_pid(pid: int, members: Set[int], launch_id: Optional[str]) -> bool:
+    if pid in members:
+        return True
+    marker = _procs.marker_of(pid)  # reparented workers keep the marker in their environment
+    return bool(marker and launch_id and marker.get(_procs.MARKER_LAUNCH_ID) == launch_id)
+
+
+def port_holders(port: int) -> List[Dict[str, Any]]:
+    holders = []
+    for listener in _ports.listeners([port]):
+        if not listener.pids:
+            holders.append({"pid": None, "user": None, "cmdline": [], "address": listener.address,
+                            "note": "owner not visible (another user's process)"})
+        for pid in listener.pids:
+            proc = _procs.read_proc(pid)
+            holders.append({"pid": pid, "user": proc.user if proc else None,
+                            "cmdline": proc.cmdline if proc else [], "address": listener.address})
+    return holders
+
+
+def check_port(report: Report, host: str, port: int, record: Optional[Mapping[str, Any]],
+               running: bool) -> Tuple[str, List[Dict[str, Any]]]:
+    """('free' | 'instance' | 'busy', holders). The port may be held by this same instance
+    (the recorded, still-alive launch); anything else holding it is a foreign holder."""
+    reason = _ports.can_bind(host, port)
+    holders = port_holders(port)
+    if reason is None and not holders:
+        report.ok("port_free", "port %d is free on %s" % (port, host))
+        return "free", []
+    if running and record and record.get("port") == port:
+        members = instance_pids(record)
+        pids = [h["pid"] for h in holders]
+        if pids and all(p is not None and _is_instance_pid(p, members, record.get("launch_id")) for p in pids):
+            report.ok("port_free", "port %d is held by instance %r itself (pid %s)" % (
+                port, record.get("name"), ", ".join(str(p) for p in sorted(set(pids)))))
+            return "instance", holders
+    if reason is None:
+        # Bindable on `host` but someone listens on another address of the same port.
+        report.warn("port_free", "port %d is bindable on %s but also listened on by %s" % (
+            port, host, describe_holders(holders)))
+        return "free", holders
+    report.fail("port_free", "port %d on %s is not available (%s): held by %s" % (
+        port, host, reason, describe_holders(holders) or "an unknown process"))
+    return "busy", holders
+
+
+def describe_holders(holders: List[Dict[str, Any]]) -> str:
+    parts = []
+    for h in holders:
+        if h.get("pid") is None:
+            parts.append("a process not visible to uid %d on %s" % (os.geteuid(), h.get("address")))
+        else:
+            parts.append("pid %s (user %s: %s)" % (h["pid"], h.get("user"), " ".join(h.get("cmdline") or [])[:200]))
+    return "; ".join(parts)
+
+
+def _creatable(path: str) -> Optional[str]:
+    """None when `path` is (or can be created as) a writable directory, else why not."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        return "%s is not a directory" % probe
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return "%s is not writable by uid %d" % (probe, os.geteuid())
+    return None
+
+
+def check_dirs(report: Report, dirs: Mapping[str, str]) -> None:
+    for label, path in dirs.items():
+        if not os.path.isabs(path):
+            report.fail(label, "%s %r must be an absolute path" % (label, path))
+            continue
+        problem = _creatable(path)
+        if problem:
+            report.fail(label, "%s %s cannot be used: %s" % (label, path, problem))
+        else:
+            report.ok(label, "%s %s is writable" % (label, path))

@@ -1,0 +1,521 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module sglang_launch: preflight, then start an SGLang server in its own session."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_launch
+short_description: Start an SGLang server after a full preflight, idempotently
+description:
+  - Runs a complete preflight first and reports B(every) problem at once in RV(preflight.errors)
+    - the interpreter is the venv's (never a C(python3) looked up in PATH), sglang is importable
+    there (when not, names the interpreter and any venv that has sglang), every flag in O(args)
+    exists in B(that) sglang version and every value is within its choices and type, O(model_path)
+    exists (a local directory with C(config.json)) unless it is a hub id C(org/name), O(tp_size)
+    GPUs are visible, the port is free (or held by this same instance), the log and state
+    directories are writable, O(env) is valid, and the log level does not hide the ready line.
+  - Starts C(<venv>/bin/python -m sglang.launch_server) (or C(<venv>/bin/sglang serve)) under a
+    small supervising parent in a new session (setsid), stdin from C(/dev/null), stdout and
+    stderr to a fresh per-launch log C(<log_dir>/<name>-<UTC timestamp>.log) with the symlink
+    C(<log_dir>/<name>.log) pointing at the newest; older logs beyond O(keep_logs) are removed.
+    The server survives the end of the task and of the ssh session.
+  - The server gets a clean, explicit environment - C(PATH) with the venv's C(bin) first,
+    C(VIRTUAL_ENV), C(HOME), C(USER), C(LANG), C(no_proxy)/C(NO_PROXY) including C(localhost,127.0.0.1,::1),
+    a per-instance C(TMPDIR) C(<state_dir>/<name>.tmp), C(PYTHONUNBUFFERED=1), the instance marker
+    variables C(LLMOPS_SGLANG_INSTANCE), C(LLMOPS_SGLANG_LAUNCH_ID), C(LLMOPS_SGLANG_STATE_DIR),
+    then O(env). Proxies reach the server only when set in O(env).
+  - Writes the launch record C(<state_dir>/<name>.json) (mode 0600, atomically) that
+    C(sglang_ready) and C(sglang_teardown) work from. Secrets are never stored or returned in
+    clear; the API key only reaches the server's command line, as sglang requires.
+  - Idempotent - when the recorded server is alive (same pid and start time) with the same
+    fingerprint (interpreter, sglang version, entry point, model, host, port, tp_size, args,
+    env and a digest of the API key), nothing is started (RV(reason) V(running)). A running
+    server with another fingerprint, or a port held by another process, fails with what differs
+    and who holds the port; this module never stops anything (use C(sglang_teardown)).
+  - Holds the per-instance lock C(<state_dir>/<name>.lock) while deciding and launching.
+version_added: "0.1.0"
+author: llmops
+options:
+  name:
+    description: Instance name; names the launch record, the lock, the log files and the marker.
+    type: str
+    default: sglang
+  venv:
+    description:
+      - Virtualenv holding sglang; its C(bin/python) runs the server. Mutually exclusive with O(python).
+    type: path
+  python:
+    description:
+      - Absolute path of the interpreter that runs the server (a bare name is refused). Mutually
+        exclusive with O(venv).
+    type: path
+  search_paths:
+    description:
+      - Globs of environment roots searched for other sglang installs when the interpreter has
+        none (reported in the error). Default - common venv, conda and pyenv locations.
+    type: list
+    elements: path
+  entrypoint:
+    description:
+      - V(launch_server) runs C(python -m sglang.launch_server); V(serve) runs the venv's
+        C(sglang serve); V(auto) prefers launch_server, else serve.
+    type: str
+    choices: [auto, launch_server, serve]
+    default: auto
+  model_path:
+    description: Local model directory (with C(config.json)) or hub id C(org/name).
+    type: str
+    required: true
+  host:
+    description: Address the server binds.
+    type: str
+    default: 127.0.0.1
+  port:
+    description: TCP port of the HTTP server (an integer 1-65535).
+    type: raw
+    default: 30000
+  tp_size:
+    description: Tensor parallel size (an integer >= 1).
+    type: raw
+    default: 1
+  args:
+    description:
+      - Extra server flags, keys without leading dashes (C(reasoning-parser) or C(reasoning_parser)).
+        V(true) gives a bare switch, V(false) or V(null) omits the flag, a list repeats the flag
+        (or follows one flag for C(nargs=+) flags), a mapping is passed as one JSON string.
+      - Checked against the flags of the sglang version in the venv, including choices and types.
+      - C(model-path), C(host), C(port), C(tp-size) and C(api-key) must be given through their
+        own options instead.
+    type: dict
+    default: {}
+  env:
+    description:
+      - Extra environment variables for the server (override the defaults, never the instance
+        markers). Values must be strings; quote YAML booleans.
+    type: dict
+    default: {}
+  api_key:
+    description: API key passed as C(--api-key); never stored or returned in clear.
+    type: str
+  log_dir:
+    description: Directory of the per-launch logs. Default C(<state_dir>/logs).
+    type: path
+  state_dir:
+    description:
+      - State directory (records, locks, TMPDIRs). Default C(/var/lib/llmops-sglang) as root,
+        else C(~/.local/state/llmops-sglang).
+    type: path
+  keep_logs:
+    description: Per-launch log files of this instance to keep, the new one included.
+    type: int
+    default: 5
+  state:
+    description: V(started) - the described server runs after the task.
+    type: str
+    choices: [started]
+    default: started
+  lock_timeout:
+    description: Seconds to wait for another launch or teardown of the same instance.
+    type: float
+    default: 30
+  introspect_timeout:
+    description: Seconds allowed for reading the sglang CLI (imports sglang; cached per install).
+    type: float
+    default: 180
+  gpu_backend:
+    description: How GPUs are counted for the O(tp_size) check; V(none) skips it (a note, not a failure).
+    type: str
+    choices: [auto, nvml, nvidia-smi, none]
+    default: auto
+  allow_log_level_warning:
+    description:
+      - Allow C(--log-level warning) (or error, critical), which hides the ready line that
+        C(sglang_ready) waits for. Reported in RV(preflight.warnings).
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    description:
+      - Runs the whole preflight and starts nothing. A running instance with another fingerprint
+        is reported as changed with RV(reason) V(config_changed) and the differences (this is how
+        the restart role plans); a port held by a foreign process is reported in RV(port_holder)
+        and RV(blockers) with RV(reason) V(port_busy).
+  diff_mode:
+    support: full
+    description: Before/after fingerprint inputs (secrets masked).
+notes:
+  - Requires Linux C(/proc). GPUs are counted with NVML (nvidia-ml-py) when importable, else C(nvidia-smi).
+  - The server runs under a supervising parent (C(<state_dir>/llmops-sglang-supervisor.py)) that
+    forwards SIGTERM/SIGINT and writes C(<state_dir>/<name>.exit.json) when the server exits.
+seealso:
+  - module: llmops.sglang.sglang_ready
+  - module: llmops.sglang.sglang_teardown
+"""
+
+EXAMPLES = r"""
+- name: Start the serving instance from the venv, with the Kimi reasoning parser
+  llmops.sglang.sglang_launch:
+    name: serving
+    venv: /root/ml-env
+    model_path: /models/Kimi-K2.5
+    port: 8000
+    tp_size: 8
+    args:
+      reasoning-parser: kimi_k2
+      tool-call-parser: kimi_k2
+      trust-remote-code: true
+      mem-fraction-static: 0.88
+    api_key: "{{ vault_sglang_api_key }}"
+  register: launch
+
+- name: Plan a restart - what would change? (check mode, with the diff)
+  llmops.sglang.sglang_launch:
+    name: extraction
+    venv: /root/ml-env
+    model_path: /models/Kimi-K2.5
+    port: 8000
+    tp_size: 8
+    args:
+      disable-cuda-graph: true
+      disable-radix-cache: true
+      disable-custom-all-reduce: true
+      mem-fraction-static: 0.88
+    env:
+      SGLANG_HS_DUMP_DIR: /dev/shm/sglang_hs
+      NCCL_PROTO: Simple
+  check_mode: true
+  diff: true
+  register: plan
+"""
+
+RETURN = r"""
+changed:
+  description: Whether a server was (or in check mode would be) started.
+  returned: always
+  type: bool
+reason:
+  description:
+    - V(new) (no record), V(not_running) (recorded server gone), V(running) (same server alive,
+      nothing done), V(config_changed) (alive with another fingerprint; check mode only, else a
+      failure), V(port_busy) (check mode, port held by a foreign process). On failure also
+      V(preflight_failed), V(died), V(locked), V(invalid_name).
+  returned: always
+  type: str
+  sample: new
+pid:
+  description: Main server process (the one that owns the port); null in check mode.
+  returned: always
+  type: int
+  sample: 123456
+log_path:
+  description: This launch's own log file.
+  returned: always
+  type: str
+  sample: /var/lib/llmops-sglang/logs/serving-20250101T120000Z.log
+record:
+  description: The launch record as written (secrets masked); see docs/conventions.md.
+  returned: when a server runs or was started
+  type: dict
+fingerprint:
+  description: sha256 of everything that defines the server (secrets included only as digests).
+  returned: when preflight resolved the interpreter
+  type: str
+fingerprint_inputs:
+  description: The inputs of the fingerprint, secrets masked.
+  returned: when preflight resolved the interpreter
+  type: dict
+changes:
+  description: What differs from the running server, one entry per key (C(args.reasoning-parser), ...).
+  returned: when reason is config_changed
+  type: list
+  elements: dict
+preflight:
+  description: C(checks) (name, status ok|failed|warning|note|skipped, msg), C(errors), C(warnings).
+  returned: always
+  type: dict
+interpreter:
+  description: The resolved interpreter (path, venv, python_version, sglang_version, entrypoints, ...).
+  returned: when resolved
+  type: dict
+argv:
+  description: The server command line (secrets masked).
+  returned: when preflight resolved the interpreter
+  type: list
+  elements: str
+port_holder:
+  description: Processes listening on the port that are not this instance (pid, user, cmdline, address).
+  returned: always
+  type: list
+  elements: dict
+blockers:
+  description: Check mode - what would make the real launch fail although the preflight passed.
+  returned: always
+  type: list
+  elements: str
+log_tail:
+  description: Last lines of the log (secrets masked) when the server died right after the launch.
+  returned: on failure with reason died
+  type: str
+diff:
+  description: Fingerprint inputs before (the running server, if any) and after, as text.
+  returned: with --diff
+  type: dict
+"""
+
+import os
+from typing import Any, Dict, List, Optional
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _cliargs, _launcher, _lock, _preflight, _procs, _record, _redact
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+
+class _NoLock:
+    """Check mode takes no lock: it must not create the state dir or wait on a running launch."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
+def _fingerprint_interpreter(path: str) -> str:
+    """The venv's interpreter with its directory resolved. Not the file's realpath: every venv's
+    bin/python resolves to the same base interpreter, so that would hide a venv change."""
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def _is_running(record: Optional[Dict[str, Any]]) -> bool:
+    if not record or not isinstance(record.get("pid"), int):
+        return False
+    return _procs.is_alive(record["pid"], record.get("start_time"))
+
+
+def _preflight_all(p: Dict[str, Any], state_dir: str, log_dir: str, check_mode: bool) -> Dict[str, Any]:
+    """Every check, in one pass; returns the validated values and the report."""
+    report = _preflight.Report()
+    port = _preflight.check_port_param(report, p["port"])
+    tp_size = _preflight.check_tp_size(report, p["tp_size"])
+    if p["keep_logs"] < 1:
+        report.fail("keep_logs", "keep_logs must be at least 1 (the new log), got %d" % p["keep_logs"])
+    env = _preflight.check_env(report, p["env"])
+    args = _preflight.check_args(report, p["args"])
+    _preflight.check_log_level(report, args, p["allow_log_level_warning"])
+    _preflight.check_dirs(report, {"state_dir": state_dir, "log_dir": log_dir})
+    interp = _preflight.check_interpreter(report, p["venv"], p["python"], timeout=30)
+    entry, entry_argv, flags = None, [], None
+    if interp is not None:
+        if interp.error and interp.sglang_installed:
+            report.warn("interpreter", "interpreter %s reported: %s" % (interp.path, interp.error))
+        if _preflight.check_sglang(report, interp, p["search_paths"]):
+            entry, entry_argv = _preflight.choose_entrypoint(report, interp, p["entrypoint"])
+            cache = os.path.join(state_dir, "introspect-cache")
+            if check_mode and not os.path.isdir(state_dir):
+                cache = None  # check mode creates nothing in a state dir that does not exist yet
+            flags = _preflight.check_flags(report, interp, args, cache, p["introspect_timeout"])
+        else:
+            report.skip("flags", "flags not checked: no sglang in %s" % interp.path)
+    else:
+        report.skip("sglang", "sglang not checked: no usable interpreter")
+    model_path = _preflight.check_model_path(report, p["model_path"])
+    if tp_size is not None:
+        _preflight.check_gpus(report, tp_size, p["gpu_backend"], env, args)
+    return {"report": report, "port": port, "tp_size": tp_size, "env": env, "args": args,
+            "interp": interp, "entry": entry, "entry_argv": entry_argv, "flags": flags,
+            "model_path": model_path}
+
+
+def _diff(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]) -> Dict[str, str]:
+    return {"before": _cliargs.inputs_text(before), "after": _cliargs.inputs_text(after),
+            "before_header": "running server", "after_header": "requested server"}
+
+
+def _run(module: AnsibleModule) -> Dict[str, Any]:
+    p = module.params
+    name = _record.validate_name(p["name"])
+    state_dir = os.path.abspath(p["state_dir"] or _record.default_state_dir())
+    log_dir = os.path.abspath(p["log_dir"] or os.path.join(state_dir, "logs"))
+    api_key = p["api_key"] or None
+    result: Dict[str, Any] = {"changed": False, "reason": None, "pid": None, "log_path": None,
+                              "port_holder": [], "blockers": []}
+    pf = _preflight_all(p, state_dir, log_dir, module.check_mode)
+    report: _preflight.Report = pf["report"]
+    result["preflight"] = report.to_dict()
+    interp = pf["interp"]
+    if interp is not None:
+        result["interpreter"] = interp.to_dict()
+    argv: List[str] = []
+    hashed = redacted = None
+    fp = None
+    if pf["entry"] and pf["port"] is not None and pf["tp_size"] is not None:
+        argv = _cliargs.server_argv(pf["entry_argv"], pf["model_path"], p["host"], pf["port"], pf["tp_size"],
+                                    pf["args"], api_key, pf["flags"])
+        hashed, redacted = _cliargs.fingerprint_inputs(
+            _fingerprint_interpreter(interp.path), interp.sglang_version or "", pf["entry"], pf["model_path"],
+            p["host"], pf["port"], pf["tp_size"], pf["args"], pf["env"], api_key)
+        fp = _cliargs.fingerprint(hashed)
+        extra = _cliargs.secret_arg_flags(pf["args"])
+        result.update(fingerprint=fp, fingerprint_inputs=redacted, argv=_redact.redact_argv(argv, extra))
+    secrets = _cliargs.argv_secrets(api_key, pf["args"], pf["env"])
+
+    # Check mode and a failed preflight act on nothing: no lock (which would create the state dir).
+    locked = not module.check_mode and not report.errors
+    try:
+        with (_lock.instance_lock(state_dir, name, p["lock_timeout"]) if locked else _NoLock()):
+            record = _record.read_record(state_dir, name) if os.path.isdir(state_dir) else None
+            running = _is_running(record)
+            port_state, holders = "free", []
+            if pf["port"] is not None:
+                port_report = _preflight.Report()
+                port_state, holders = _preflight.check_port(port_report, p["host"], pf["port"],
+                                                            record if running else None, running)
+                report.checks.extend(port_report.checks)
+                report.warnings.extend(port_report.warnings)
+                if port_state == "busy":
+                    result["port_holder"] = holders
+            result["preflight"] = report.to_dict()
+            if report.errors:
+                result["reason"] = "preflight_failed"
+                return _fail(module, "preflight failed: " + "; ".join(report.errors), result)
+            return _decide(module, result, record, running, port_state, holders, fp, redacted, {
+                "name": name, "state_dir": state_dir, "log_dir": log_dir, "interp": interp, "argv": argv,
+                "pf": pf, "secrets": secrets, "host": p["host"], "keep_logs": p["keep_logs"]})
+    except SglangError as exc:
+        details = dict(exc.details)
+        result["reason"] = details.pop("reason", None) or ("locked" if "refusing to interleave" in exc.msg else "error")
+        if "log_tail" in details:
+            details["log_tail"] = _redact.redact_text(details["log_tail"] or "", secrets)
+        result.update(details)
+        return _fail(module, exc.msg, result)
+
+
+def _fail(module: AnsibleModule, msg: str, result: Dict[str, Any]) -> Dict[str, Any]:
+    result["failed"] = True
+    result["msg"] = msg
+    return result
+
+
+def _decide(module: AnsibleModule, result: Dict[str, Any], record: Optional[Dict[str, Any]], running: bool,
+            port_state: str, holders: List[Dict[str, Any]], fp: str, redacted: Dict[str, Any],
+            ctx: Dict[str, Any]) -> Dict[str, Any]:
+    """running -> nothing; changed config -> report (check) or fail; else launch."""
+    before = record.get("fingerprint_inputs") if (record and running) else None
+    if module._diff:
+        result["diff"] = _diff(before, redacted)
+    if running:
+        result.update(pid=record.get("pid"), log_path=record.get("log_path"), record=record)
+        if record.get("fingerprint") == fp:
+            result["reason"] = "running"
+            if port_state == "busy":
+                result["preflight"]["warnings"].append(
+                    "instance %r is running but port %s is held by %s" % (
+                        ctx["name"], record.get("port"), _preflight.describe_holders(holders)))
+            return result
+        changes = _cliargs.diff_inputs(before, redacted)
+        result.update(reason="config_changed", changes=changes)
+        summary = ", ".join("%s: %r -> %r" % (c["key"], c["before"], c["after"]) for c in changes)
+        if port_state == "busy":
+            result["blockers"].append("port %s is held by %s" % (redacted["port"], _preflight.describe_holders(holders)))
+        if module.check_mode:
+            result["changed"] = True
+            return result
+        return _fail(module, "instance %r is running (pid %s) with another configuration (%s); stop it first "
+                             "with sglang_teardown - sglang_launch never stops a server"
+                     % (ctx["name"], record.get("pid"), summary), result)
+    result["reason"] = "not_running" if record else "new"
+    if port_state == "busy":
+        holder_text = _preflight.describe_holders(holders)
+        if module.check_mode:
+            result.update(changed=True, reason="port_busy")
+            result["blockers"].append("port %s on %s is held by %s" % (redacted["port"], ctx["host"], holder_text))
+            return result
+        result["reason"] = "port_busy"
+        return _fail(module, "port %s on %s is held by %s; sglang_launch never stops a process - run "
+                             "sglang_teardown with ports: [%s] or choose another port"
+                     % (redacted["port"], ctx["host"], holder_text, redacted["port"]), result)
+    result["changed"] = True
+    if module.check_mode:
+        return result
+    launched = _launch(ctx, fp, redacted)
+    result.update(pid=launched["pid"], log_path=launched["log_path"], record=launched)
+    return result
+
+
+def _launch(ctx: Dict[str, Any], fp: str, redacted: Dict[str, Any]) -> Dict[str, Any]:
+    pf, interp = ctx["pf"], ctx["interp"]
+    spec = _launcher.LaunchSpec(
+        name=ctx["name"], state_dir=ctx["state_dir"], log_dir=ctx["log_dir"], python=interp.path,
+        venv=interp.venv if interp.is_venv else None, argv=ctx["argv"], env=pf["env"],
+        keep_logs=ctx["keep_logs"], secrets=ctx["secrets"],
+        extra_secret_flags=_cliargs.secret_arg_flags(pf["args"]))
+    launched = _launcher.spawn(spec)
+    launched.update({
+        "interpreter": interp.path, "venv": interp.venv, "sglang_version": interp.sglang_version,
+        "entrypoint": pf["entry"], "fingerprint": fp, "fingerprint_inputs": redacted,
+        "host": ctx["host"], "port": pf["port"], "tp_size": pf["tp_size"],
+        "nnodes": _int(pf["args"].get("--nnodes"), 1), "node_rank": _int(pf["args"].get("--node-rank"), 0),
+        "expect": _cliargs.expected_server_info(pf["model_path"], pf["tp_size"], pf["port"], pf["args"]),
+        "record_version": _record.RECORD_VERSION,
+    })
+    _record.write_record(ctx["state_dir"], ctx["name"], launched)
+    return launched
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", default="sglang"),
+            venv=dict(type="path"),
+            python=dict(type="path"),
+            search_paths=dict(type="list", elements="path"),
+            entrypoint=dict(type="str", default="auto", choices=list(_preflight.ENTRYPOINTS)),
+            model_path=dict(type="str", required=True),
+            host=dict(type="str", default="127.0.0.1"),
+            port=dict(type="raw", default=30000),
+            tp_size=dict(type="raw", default=1),
+            args=dict(type="dict", default={}),
+            env=dict(type="dict", default={}),
+            api_key=dict(type="str", no_log=True),
+            log_dir=dict(type="path"),
+            state_dir=dict(type="path"),
+            keep_logs=dict(type="int", default=5),
+            state=dict(type="str", default="started", choices=["started"]),
+            lock_timeout=dict(type="float", default=30),
+            introspect_timeout=dict(type="float", default=180),
+            gpu_backend=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia-smi", "none"]),
+            allow_log_level_warning=dict(type="bool", default=False),
+        ),
+        mutually_exclusive=[("venv", "python")],
+        required_one_of=[("venv", "python")],
+        supports_check_mode=True,
+    )
+    try:
+        if not os.path.isdir("/proc/self"):
+            raise SglangError("sglang_launch needs Linux /proc", reason="unsupported")
+        result = _run(module)
+    except SglangError as exc:
+        details = dict(exc.details)
+        details.setdefault("reason", "invalid_name" if "instance name" in exc.msg else "error")
+        module.fail_json(msg=exc.msg, **details)
+    except Exception as exc:  # last resort: a precise message, never a traceback
+        module.fail_json(msg="sglang_launch failed unexpectedly: %s: %s" % (type(exc).__name__, exc),
+                         reason="internal_error")
+    if result.pop("failed", False):
+        msg = result.pop("msg")
+        module.fail_json(msg=msg, **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

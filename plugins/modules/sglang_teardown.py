@@ -1,0 +1,357 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.sglang contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module sglang_teardown: stop an SGLang server completely and prove it is gone."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_teardown
+short_description: Stop SGLang servers completely, with a reason for every process stopped
+description:
+  - Selects teardown targets, each with the reasons it was chosen, from the launch record of
+    O(name) in O(state_dir) (main process, supervisor, process group and session, all checked
+    against PID reuse), every process carrying the instance marker
+    C(LLMOPS_SGLANG_INSTANCE=name) and C(LLMOPS_SGLANG_STATE_DIR=state_dir) in its environment
+    (this finds children that escaped into their own session or were reparented to init),
+    sglang servers by process title or command line (C(sglang::*), C(-m sglang.launch_server),
+    C(sglang serve)), listeners on O(ports) (IPv4 and IPv6), command lines matching O(patterns),
+    and the descendants of all of those.
+  - With O(name), processes marked as B(another) instance are never swept by title or pattern;
+    they are reported in RV(other_instances). Such a process becomes a target only when it
+    listens on a managed port (a conflict the operator named by giving that port).
+  - Never targets the module itself and its ancestors (ansible, the ssh session, the shell),
+    PID 1, kernel threads, protected names (O(protect)) or other users' processes unless
+    O(all_users).
+  - Compute processes on the managed O(gpus) that are not targets are foreign; by default the
+    task fails before any signal, naming each. Processes that hold C(/dev/nvidia*) open but are
+    not listed by NVML are only reported (the fuser view says "uses CUDA", not "uses GPU N").
+  - Sends SIGTERM (to a whole process group only when every member is a target, else to each
+    pid), waits up to O(grace_period), sends SIGKILL to what remains, and waits for exit (a
+    zombie counts as gone). Then verifies within O(timeout) that no target is alive, no listener
+    is left on O(ports) and the GPU backend lists no target on the managed GPUs.
+  - Removes leftover files in O(shm_dir) matching known sglang/torch/NCCL patterns and the
+    contents of O(purge_paths), only where no live process holds them open or mapped; removes the
+    instance TMPDIR, the launch record and the exit file after a successful teardown.
+  - Holds the per-instance lock while acting, so a launch and a teardown of one instance never
+    interleave.
+version_added: "0.1.0"
+author:
+  - llmops.sglang contributors (@llmops)
+options:
+  name:
+    description:
+      - Instance name; selects the launch record C(<state_dir>/<name>.json) and the marker.
+    type: str
+  state_dir:
+    description:
+      - State directory holding launch records. Default C(/var/lib/llmops-sglang) as root, else
+        C(~/.local/state/llmops-sglang).
+    type: path
+  ports:
+    description: Managed TCP ports; their listeners (IPv4 and IPv6) and descendants are targets.
+    type: list
+    elements: raw
+    default: []
+  gpus:
+    description:
+      - Managed GPU indexes. Omitted means every GPU; C([]) means GPUs are not managed.
+    type: list
+    elements: raw
+  patterns:
+    description:
+      - Python regular expressions searched in each command line. A pattern matching the empty
+        string or this module's own command line is refused (C(sglang) alone is too broad).
+    type: list
+    elements: str
+    default: []
+  sglang_processes:
+    description:
+      - Select sglang servers by process title / command line. With O(name), only unmarked
+        (hand-started) sglang processes and this instance's; set V(false) to rely on the launch
+        record, marker, ports and patterns only (recommended on hosts shared by several users).
+    type: bool
+    default: true
+  all_users:
+    description: Also target processes of other users (default only the user the module runs as).
+    type: bool
+    default: false
+  protect:
+    description:
+      - Extra names or globs never to signal, matched against the process name and the basename
+        of argv[0]; added to nvidia-persistenced, nv-hostengine, dcgm*, sshd, systemd, init.
+        An entry protecting a process that O(patterns) selects is an error naming both.
+    type: list
+    elements: str
+    default: []
+  foreign_gpu_processes:
+    description: What to do with compute processes on the managed GPUs that are not targets.
+    type: str
+    choices: [fail, kill, ignore]
+    default: fail
+  grace_period:
+    description: Seconds to wait after SIGTERM before SIGKILL.
+    type: float
+    default: 30
+  timeout:
+    description: Seconds allowed after the grace period for SIGKILL to take effect and for ports and GPUs to be released.
+    type: float
+    default: 60
+  shm_cleanup:
+    description: Remove unheld files in O(shm_dir) matching the known sglang, torch and NCCL patterns.
+    type: bool
+    default: true
+  shm_dir:
+    description: Shared-memory directory to clean.
+    type: path
+    default: /dev/shm
+  purge_paths:
+    description:
+      - Directories to empty (the directory itself stays), e.g. a hidden-state dump directory.
+        Entries held open or mapped by a live process are kept. Shared roots such as C(/dev/shm)
+        or C(/tmp) are refused.
+    type: list
+    elements: path
+    default: []
+  gpu_backend:
+    description: How to list GPU compute processes.
+    type: str
+    choices: [auto, nvml, nvidia-smi, none]
+    default: auto
+attributes:
+  check_mode:
+    support: full
+    description: Lists targets with reasons, the signals that would be sent and the files that would be removed.
+  diff_mode:
+    support: full
+    description: Before/after list of processes and files.
+notes:
+  - Requires Linux C(/proc). Uses NVML (nvidia-ml-py) when importable, else C(nvidia-smi).
+  - Give O(gpus) when several instances share a host, else the other instance's schedulers are
+    foreign GPU users and the task refuses.
+"""
+
+EXAMPLES = r"""
+- name: Stop the extraction server started by sglang_launch, and its dump files
+  llmops.sglang.sglang_teardown:
+    name: extraction
+    ports: [8000]
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7]
+    purge_paths: [/dev/shm/sglang_hs]
+    grace_period: 20
+
+- name: Preview what a teardown of everything on port 30000 would stop
+  llmops.sglang.sglang_teardown:
+    ports: [30000]
+    gpus: []
+  check_mode: true
+  register: plan
+
+- name: Stop a hand-started server found only by its command line, keep GPU agents
+  llmops.sglang.sglang_teardown:
+    sglang_processes: false
+    patterns: ['--model-path /models/kimi-k2\.5']
+    protect: [node_exporter, 'dcgm-exporter*']
+    foreign_gpu_processes: ignore
+"""
+
+RETURN = r"""
+targets:
+  description: Processes chosen, with every reason (secrets in command lines masked).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"pid": 4242, "name": "python", "cmdline": "python -m sglang.launch_server --port 8000 --api-key ********",
+            "user": "root", "pgid": 4242, "sid": 4242, "start_time": 1718000000.12,
+            "reasons": ["launch record main process (pid 4242)", "listens on managed port 8000 (ipv4 0.0.0.0)"]}]
+killed:
+  description: Targets that are gone, with the signal that ended them (SIGTERM, SIGKILL or already-gone).
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"pid": 4243, "name": "sglang::schedul", "cmdline": "sglang::scheduler_TP0", "user": "root",
+            "reason": "child of 4242", "signal": "SIGTERM"}]
+signals:
+  description: Signals sent (in check mode, the SIGTERMs that would be sent) to groups or pids.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"signal": "SIGTERM", "kind": "group", "id": 4242, "pids": [4242, 4243]}]
+survivors:
+  description: Targets still alive after SIGKILL and O(timeout) (the task fails).
+  returned: always
+  type: list
+  elements: dict
+d_state:
+  description: Survivors in uninterruptible sleep, with their C(wchan) (the task fails).
+  returned: always
+  type: list
+  elements: dict
+other_instances:
+  description: sglang processes marked as another instance, left alone.
+  returned: always
+  type: list
+  elements: dict
+skipped:
+  description: Processes a reason selected but a protection excluded (why_not says which).
+  returned: always
+  type: list
+  elements: dict
+device_file_holders:
+  description: Processes holding /dev/nvidia* open that the GPU backend does not list; target says whether they were stopped.
+  returned: always
+  type: list
+  elements: dict
+foreign_gpu_processes:
+  description: Non-target compute processes on the managed GPUs (pid, user, cmdline, gpus {index GiB}).
+  returned: always
+  type: list
+  elements: dict
+gpus_after:
+  description: Managed GPUs after teardown (memory used, processes still listed).
+  returned: success
+  type: list
+  elements: dict
+ports_after:
+  description: Listeners still on the managed ports after teardown (the task fails when not empty).
+  returned: success
+  type: list
+  elements: dict
+shm_removed:
+  description: Files removed (in check mode, that would be removed) from shm_dir and purge_paths.
+  returned: always
+  type: list
+  elements: dict
+shm_kept:
+  description: Matching files kept because a live process holds them, with the holders.
+  returned: always
+  type: list
+  elements: dict
+tmpdir_removed:
+  description: The instance TMPDIR removed (or that would be), if any.
+  returned: always
+  type: str
+record_removed:
+  description: Launch record and exit file removed (or that would be).
+  returned: always
+  type: list
+  elements: str
+record:
+  description: Launch record notes (gone / reused pids), files, tmpdir.
+  returned: always
+  type: dict
+timings:
+  description: Seconds per phase (plan, term, kill, verify, cleanup).
+  returned: success
+  type: dict
+  sample: {"plan": 0.04, "term": 0.35, "kill": 0.0, "verify": 0.0, "cleanup": 0.01}
+reason:
+  description: On failure, a machine-readable code (bad_pattern, bad_port, bad_gpu, bad_name, bad_option,
+    bad_protect, bad_purge_path, empty_scope, scope_conflict, foreign_gpu_processes, locked, survivors, d_state,
+    signal_failed, port_still_held, gpu_not_released, unsupported).
+  returned: failure
+  type: str
+"""
+
+import os
+import sys
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._lock import instance_lock
+from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
+from ansible_collections.llmops.sglang.plugins.module_utils import _teardown
+
+
+def _own_cmdlines() -> list:
+    """This module's command line as /proc shows it (what a pattern must not match)."""
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        argv = list(sys.argv)
+    return [" ".join(argv), "\0".join(argv)]
+
+
+def _run(module: AnsibleModule) -> None:
+    p = module.params
+    if not os.path.isdir("/proc/self"):
+        raise SglangError("sglang_teardown needs Linux /proc", reason="unsupported")
+    state_dir = p["state_dir"] or _record.default_state_dir()
+    scope = build_scope(p["name"], state_dir, p["ports"], p["gpus"], p["patterns"], p["sglang_processes"],
+                        p["all_users"], p["protect"], p["foreign_gpu_processes"], _own_cmdlines())
+    opts = _teardown.Options(grace_period=p["grace_period"], timeout=p["timeout"], shm_cleanup=p["shm_cleanup"],
+                             shm_dir=p["shm_dir"], purge_paths=[os.path.normpath(x) for x in p["purge_paths"]],
+                             gpu_backend=p["gpu_backend"])
+    _teardown.validate_options(opts, state_dir)
+
+    def act() -> dict:
+        start = time.monotonic()
+        plan = _teardown.make_plan(scope, opts)
+        _teardown.check_preconditions(plan)
+        plan_s = round(time.monotonic() - start, 3)
+        if module.check_mode:
+            result = _teardown.check_mode_result(plan)
+            result["timings"] = {"plan": plan_s}
+        else:
+            result = _teardown.execute(plan, opts)
+            result["timings"] = dict(plan=plan_s, **result["timings"])
+        if module._diff:
+            result["diff"] = _teardown.diff_of(plan, result)
+        return result
+
+    # Check mode takes no lock: it must not even create the state dir.
+    if p["name"] and not module.check_mode:
+        try:
+            with instance_lock(state_dir, p["name"], timeout=max(30.0, p["timeout"])):
+                result = act()
+        except SglangError as exc:
+            if "reason" not in exc.details and "holds" in exc.msg:
+                exc.details["reason"] = "locked"
+            raise
+    else:
+        result = act()
+    if result.pop("failed", False):
+        msg = result.pop("msg")
+        module.fail_json(msg=msg, **result)
+    module.exit_json(**result)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str"),
+            state_dir=dict(type="path"),
+            ports=dict(type="list", elements="raw", default=[]),
+            gpus=dict(type="list", elements="raw"),
+            patterns=dict(type="list", elements="str", default=[]),
+            sglang_processes=dict(type="bool", default=True),
+            all_users=dict(type="bool", default=False),
+            protect=dict(type="list", elements="str", default=[]),
+            foreign_gpu_processes=dict(type="str", choices=["fail", "kill", "ignore"], default="fail"),
+            grace_period=dict(type="float", default=30.0),
+            timeout=dict(type="float", default=60.0),
+            shm_cleanup=dict(type="bool", default=True),
+            shm_dir=dict(type="path", default="/dev/shm"),
+            purge_paths=dict(type="list", elements="path", default=[]),
+            gpu_backend=dict(type="str", choices=["auto", "nvml", "nvidia-smi", "none"], default="auto"),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        _run(module)
+    except SglangError as exc:
+        details = dict(exc.details)
+        details.setdefault("reason", "error")
+        module.fail_json(msg=exc.msg, **details)
+    except Exception as exc:  # last resort: a precise message, never a traceback
+        module.fail_json(msg="sglang_teardown failed unexpectedly: %s: %s" % (type(exc).__name__, exc),
+                         reason="internal_error")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Scheduler process (one per TP rank): title, PDEATHSIG, the startup log of one rank, faults."""
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from sglang.srt.emulator_control import gpu_mib, has_fault, leak_shm_files, phase_sleep
+from sglang.srt.server_args import ServerArgs, configure_logger
+from sglang.srt.utils import set_process_title, set_prctl_pdeathsig
+
+logger = logging.getLogger(__name__)
+
+# Objects that must live as long as the process (GPU memory, rendezvous sockets).
+_HELD: List[Any] = []
+_crash_requested = threading.Event()
+
+
+@dataclass
+class RankInfo:
+    tp_rank: int
+    local_rank: int  # index on this node, picks the GPU
+    dp_rank: Optional[int]
+    launcher_pid: int
+
+    def prefix(self, server_args: ServerArgs) -> str:
+        """Log prefix; the process title is `sglang::scheduler` + prefix with '_' for ' '."""
+        out = f" DP{self.dp_rank}" if self.dp_rank is not None else ""
+        out += f" TP{self.tp_rank}"
+        if server_args.ep_size > 1 or self.dp_rank is not None:
+            out += f" EP{self.tp_rank % max(1, server_args.ep_size)}" if server_args.ep_size > 1 else f" EP{self.tp_rank}"
+        return out
+
+
+def split_host_port(addr: str) -> Tuple[str, int]:
+    """'host:port' or '[v6]:port' -> (host, port)."""
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _rendezvous_listen(server_args: ServerArgs) -> None:
+    """Node 0 / rank 0 plays the TCPStore: wait until every other node has connected."""
+    host, port = split_host_port(server_args.dist_init_addr or "127.0.0.1:5000")
+    srv = socket.socket(_family(host), socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, port))
+    srv.listen(64)
+    _HELD.append(srv)
+    peers = set()
+    while len(peers) < server_args.nnodes - 1:
+        conn, _ = srv.accept()
+        data = conn.recv(64).decode(errors="replace").strip()
+        _HELD.append(conn)
+        peers.add(data or str(len(peers) + 1))
+
+
+def _rendezvous_connect(server_args: ServerArgs) -> None:
+    """Other nodes retry until node 0 listens (like torch.distributed's store client)."""
+    host, port = split_host_port(server_args.dist_init_addr or "127.0.0.1:5000")
+    while True:
+        try:
+            conn = socket.create_connection((host, port), timeout=5)
+            conn.sendall(f"{server_args.node_rank}\n".encode())
+            _HELD.append(conn)
+            return
+        except OSError:
+            time.sleep(0.2)
+
+
+def _rendezvous(server_args: ServerArgs, rank: RankInfo) -> None:
+    if server_args.nnodes <= 1 or rank.local_rank != 0:
+        return
+    if server_args.node_rank == 0:
+        _rendezvous_listen(server_args)
+    else:
+        _rendezvous_connect(server_args)
+
+
+def _grab_gpu(server_args: ServerArgs, rank: RankInfo) -> Optional[float]:
+    """GPU mode: hold SGLANG_EMULATOR_GPU_MIB on a real device; returns free GB or None."""
+    mib = gpu_mib()
+    if mib <= 0:
+        return None
+    try:
+        import torch  # only imported when GPU mode is requested (slow import)
+
+        usable = bool(torch.cuda.is_available())
+    except Exception:  # ImportError, or a broken CUDA install
+        usable = False
+    if not usable:
+        logger.warning(
+            "SGLANG_EMULATOR_GPU_MIB is set but torch with CUDA is not available; running on CPU."
+        )
+        return None
+    device = (server_args.base_gpu_id + rank.local_rank) % torch.cuda.device_count()
+    torch.cuda.set_device(device)
+    block = torch.ones(mib * 1024 * 1024, dtype=torch.uint8, device=f"cuda:{device}")
+    _HELD.append(block)
+    return torch.cuda.mem_get_info(device)[0] / (1 << 30)
+
+
+def _init_memory_pool(server_args: ServerArgs) -> int:
+    if has_fault("oom"):
+        raise RuntimeError("Not enough memory. Please try to increase --mem-fraction-static.")
+    fraction = server_args.mem_fraction_static or 0.88
+    return int(500_000 * fraction)
+
+
+def _load_model(server_args: ServerArgs, rank: RankInfo) -> Dict[str, Any]:
+    """The startup sequence of one rank (0.5.6 wording)."""
+    logger.info("Init torch distributed begin.")
+    phase_sleep()
+    _rendezvous(server_args, rank)
+    logger.info("Init torch distributed ends. mem usage=0.00 GB")
+    avail = 78.50
+    logger.info(f"Load weight begin. avail mem={avail:.2f} GB")
+    if has_fault("scheduler_death") and rank.tp_rank == 0:
+        os._exit(1)
+    if has_fault("hang"):
+        threading.Event().wait()  # stuck forever, like a hung NCCL/IO call
+    gpu_avail = _grab_gpu(server_args, rank)
+    if gpu_avail is not None:
+        avail = gpu_avail
+    phase_sleep()
+    logger.info(
+        f"Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem={avail:.2f} GB, "
+        "mem usage=14.99 GB."
+    )
+    phase_sleep()
+    tokens = _init_memory_pool(server_args)
+    logger.info(f"KV Cache is allocated. #tokens: {tokens}, K size: 29.73 GB, V size: 29.73 GB")
+    logger.info(f"Memory pool end. avail mem={avail / 6:.2f} GB")
+    if not server_args.disable_cuda_graph:
+        logger.info(
+            f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail / 6:.2f} GB"
+        )
+        start = time.monotonic()
+        phase_sleep()
+        logger.info(
+            f"Capture cuda graph end. Time elapsed: {time.monotonic() - start:.2f} s. "
+            f"mem usage=0.42 GB. avail mem={avail / 6 - 0.42:.2f} GB."
+        )
+    context_len = server_args.context_length or 32768
+    logger.info(
+        f"max_total_num_tokens={tokens}, chunked_prefill_size={server_args.chunked_prefill_size or 8192}, "
+        f"max_prefill_tokens=16384, max_running_requests={server_args.max_running_requests or 4096}, "
+        f"context_len={context_len}, available_gpu_mem={avail / 6 - 0.42:.2f} GB"
+    )
+    return {
+        "status": "ready",
+        "pid": os.getpid(),
+        "tp_rank": rank.tp_rank,
+        "max_total_num_tokens": tokens,
+        "max_req_input_len": context_len - 5,
+    }
+
+
+def _event_loop() -> None:
+    """Idle 'forward' loop; SIGUSR1 from the launcher injects the crash_after fault."""
+    while not _crash_requested.wait(0.2):
+        pass
+    raise RuntimeError(
+        "CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+        "stacktrace below might be incorrect."
+    )
+
+
+def setup_child(title: str, server_args: ServerArgs, prefix: str = "") -> None:
+    """What every sglang child does first: die with the parent, set its title, log format."""
+    set_prctl_pdeathsig(signal.SIGKILL)
+    ignore = has_fault("ignore_sigterm")
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if ignore else signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_process_title(title)
+    configure_logger(server_args, prefix=prefix)
+
+
+def run_scheduler_process(server_args: ServerArgs, rank: RankInfo, pipe_writer: Any) -> None:
+    prefix = rank.prefix(server_args)
+    setup_child(f"sglang::scheduler{prefix.replace(' ', '_')}", server_args, prefix)
+    signal.signal(signal.SIGUSR1, lambda *_: _crash_requested.set())
+    leak_shm_files("scheduler")
+    try:
+        pipe_writer.send(_load_model(server_args, rank))
+        _event_loop()
+    except Exception:
+        logger.error(f"Scheduler hit an exception: {traceback.format_exc()}")
+        try:
+            os.kill(rank.launcher_pid, signal.SIGQUIT)
+        except OSError:
+            pass
+        time.sleep(5)  # the launcher SIGKILLs the tree; exiting first would race its EOF check
+        sys.exit(1)

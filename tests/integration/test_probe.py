@@ -1,0 +1,183 @@
+"""sglang_probe against the emulator venv, a venv without sglang and the system python."""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+import pytest
+
+from helpers.fixtures import free_port, run_module, wait_for
+from ansible_collections.llmops.sglang.plugins.module_utils import _http
+
+SECRET = "probe-secret-key"
+
+
+def _system_python() -> str:
+    for cand in ("/usr/bin/python3", os.path.join(sys.base_prefix, "bin", "python3")):
+        if os.path.exists(cand):
+            return cand
+    pytest.skip("no system python")
+
+
+def _probe(args, tmp_path, **kw):
+    base = {"state_dir": str(tmp_path / "state"), "gpu_backend": "none", "shm_dir": str(tmp_path / "shm")}
+    base.update(args)
+    return run_module("sglang_probe", base, **kw)
+
+
+def test_emulator_venv_interpreter(emulator_python, tmp_path):
+    venv = os.path.dirname(os.path.dirname(emulator_python))
+    res = _probe({"venv": venv, "search_paths": [venv]}, tmp_path, check_mode=True)
+    assert res["_rc"] == 0 and res["changed"] is False, res
+    interp = res["interpreter"]
+    assert interp["path"] == os.path.join(venv, "bin", "python") and interp["is_venv"]
+    assert interp["sglang_installed"] and interp["sglang_version"].startswith("0.5.23")
+    assert interp["entrypoints"]["launch_server"] is True
+    assert [i["venv"] for i in res["interpreters"]] == [venv]
+    assert "flags" not in res
+
+
+def test_nosglang_venv_is_data_and_names_the_install(nosglang_venv, emulator_python, tmp_path):
+    venv = os.path.dirname(os.path.dirname(emulator_python))
+    res = _probe({"venv": nosglang_venv, "search_paths": [venv]}, tmp_path)
+    assert res["_rc"] == 0, res
+    assert res["interpreter"]["sglang_installed"] is False
+    assert any("has no sglang, but %s/bin/python has 0.5.23" % venv in d for d in res["diagnosis"]), res["diagnosis"]
+
+
+def test_system_python_lacks_sglang_and_introspect_fails_loudly(emulator_python, tmp_path):
+    venv = os.path.dirname(os.path.dirname(emulator_python))
+    py = _system_python()
+    res = _probe({"python": py, "search_paths": [venv], "introspect": True}, tmp_path)
+    assert res.get("failed") is True
+    assert res["reason"] == "sglang_missing"
+    assert py in res["msg"] and venv in res["msg"]
+
+
+def test_introspect_flags_and_cache(emulator_python, tmp_path):
+    venv = os.path.dirname(os.path.dirname(emulator_python))
+    first = _probe({"venv": venv, "introspect": True}, tmp_path)
+    assert first["_rc"] == 0, first
+    flags = first["flags"]
+    assert "kimi_k2" in flags["--reasoning-parser"]["choices"]
+    assert flags["--model-path"]["required"] is True and flags["--port"]["type"] == "int"
+    assert len(flags) > 20
+    second = _probe({"venv": venv, "flags": ["reasoning_parser", "--tp-size", "no-such-flag"]}, tmp_path)
+    assert second["introspection"]["cached"] is True
+    assert second["introspection"]["seconds"] < 0.3
+    assert set(second["flags"]) == {"--reasoning-parser", "--tp-size"}
+    assert second["flags_absent"] == ["no-such-flag"]
+    assert any("no-such-flag does not exist" in d for d in second["diagnosis"])
+
+
+@pytest.mark.parametrize("case", ["missing", "nobin", "crash", "textfile"])
+def test_bad_interpreters(case, tmp_path):
+    args = {}
+    if case == "missing":
+        args["venv"] = str(tmp_path / "no venv here")
+    elif case == "nobin":
+        (tmp_path / "empty venv").mkdir()
+        args["venv"] = str(tmp_path / "empty venv")
+    elif case == "crash":
+        script = tmp_path / "python"
+        script.write_text("#!/bin/sh\necho 'error while loading shared libraries: libpython3.11.so' >&2\nexit 1\n")
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+        args["python"] = str(script)
+    else:
+        text = tmp_path / "python.txt"
+        text.write_text("not a program")
+        args["python"] = str(text)
+    res = _probe(args, tmp_path)
+    assert res.get("failed") is True, res
+    path = args.get("venv") or args.get("python")
+    assert path in res["msg"]
+    if case == "crash":
+        assert "libpython3.11.so" in res["msg"] and res["rc"] == 1
+    assert "servers" in res  # the rest of the picture still comes back
+
+
+def test_running_server_grouped_and_ports(emulator_python, spawn, tmp_path):
+    port = free_port()
+    unused = free_port()
+    proc = spawn.start([emulator_python, "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port),
+                        "--tp-size", "2", "--api-key", SECRET, "--log-level", "warning"],
+                       env={"SGLANG_EMULATOR_PHASE_SECONDS": "0.1", "NCCL_PROTO": "Simple",
+                            "LLMOPS_SGLANG_INSTANCE": "probe-test", "HF_TOKEN": "hf_secret_value"},
+                       log_path=str(tmp_path / "server.log"))
+    assert wait_for(lambda: _http.request("127.0.0.1", port, "/health", SECRET, timeout=1).status == 200, 30)
+    res = _probe({"ports": [port, unused], "api_key": SECRET}, tmp_path)
+    assert res["_rc"] == 0, res
+    assert SECRET not in str(res) and "hf_secret_value" not in str(res)
+    server = next(s for s in res["servers"] if s["pid"] == proc.pid)
+    roles = sorted(m["role"] for m in server["members"])
+    assert roles.count("scheduler") == 2 and "detokenizer" in roles and "main" in roles
+    assert {m["rank"] for m in server["members"] if m["role"] == "scheduler"} == {"TP0", "TP1"}
+    assert port in server["listening_ports"] and server["port"] == port
+    assert server["instance"] == "probe-test" and server["env"]["NCCL_PROTO"] == "Simple"
+    assert server["env"]["HF_TOKEN"] == "********"
+    assert server["interpreter"]["cmdline"] == emulator_python and server["user"]
+    assert server["orphaned"] == []
+    rep = {r["port"]: r for r in res["ports"]}
+    assert rep[port]["reachable"] and rep[port]["server"] == server["id"]
+    assert rep[port]["server_info"]["api_key"] == "********"
+    assert rep[port]["version"]
+    assert rep[unused]["reachable"] is False and "nothing listens on port %d" % unused in rep[unused]["error"]
+    assert any("--log-level warning" in d and str(proc.pid) in d for d in res["diagnosis"])
+    assert any(d.startswith("port %d is held by sglang server pid %d" % (port, proc.pid)) for d in res["diagnosis"])
+
+
+def test_shm_leaks_reported(tmp_path):
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    (shm / "psm_dead01").write_bytes(b"\0" * 4096)
+    (shm / "unrelated").write_bytes(b"x")
+    res = _probe({}, tmp_path)
+    assert [e["path"] for e in res["shm"]] == [str(shm / "psm_dead01")]
+    assert res["shm"][0]["held"] is False
+    assert any("1 leaked shared-memory segment" in d for d in res["diagnosis"])
+
+
+def test_bad_port_is_refused(tmp_path):
+    res = _probe({"ports": [70000]}, tmp_path)
+    assert res.get("failed") and "70000" in res["msg"]
+
+
+def test_escaped_worker_is_orphaned_then_leftover(emulator_python, spawn, tmp_path):
+    import signal
+    port = free_port()
+    proc = spawn.start([emulator_python, "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)],
+                       env={"SGLANG_EMULATOR_PHASE_SECONDS": "0.1", "SGLANG_EMULATOR_FAULT": "escape",
+                            "LLMOPS_SGLANG_INSTANCE": "esc", "LLMOPS_SGLANG_LAUNCH_ID": "esc-launch-1"},
+                       log_path=str(tmp_path / "server.log"))
+    escaped = []
+    try:
+        assert wait_for(lambda: _http.request("127.0.0.1", port, "/health", timeout=1).status == 200, 30)
+
+        def worker_seen():
+            res = _probe({}, tmp_path)
+            server = next((s for s in res["servers"] if s["pid"] == proc.pid), None)
+            if server and server["orphaned"]:
+                escaped[:] = server["orphaned"]
+                return res
+            return None
+        assert wait_for(worker_seen, 15, 0.2)
+        res = worker_seen()
+        server = next(s for s in res["servers"] if s["pid"] == proc.pid)
+        worker = next(m for m in server["members"] if m["pid"] == escaped[0])
+        assert worker["role"] == "tokenizer_worker" and worker["orphaned"]
+        assert any("pid %d" % escaped[0] in d and "orphaned" in d for d in res["diagnosis"])
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+        assert wait_for(lambda: not any(s["pid"] == proc.pid for s in _probe({}, tmp_path)["servers"]), 10, 0.2)
+        res = _probe({"ports": [port]}, tmp_path)
+        left = next(s for s in res["servers"] if escaped[0] in s["pids"])
+        assert left["main"] is False and port in left["listening_ports"]
+        assert any("no main server process" in d for d in res["diagnosis"])
+        assert any(d.startswith("port %d is held by leftover sglang processes" % port) for d in res["diagnosis"])
+    finally:
+        for pid in escaped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass

@@ -1,0 +1,125 @@
+"""_discovery: grouping a synthetic process table into servers (no real processes needed)."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _discovery as D
+from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._procs import Proc
+
+BASE = 4_000_000  # above pid_max: never a real process
+VENV_PY = "/root/ml-env/bin/python"
+
+
+def P(pid: int, ppid: int, argv: List[str], pgid: int = 0, sid: int = 0, comm: str = "python", state: str = "S") -> Proc:
+    return Proc(pid=BASE + pid, ppid=(BASE + ppid) if ppid > 1 else ppid, pgid=BASE + (pgid or pid),
+                sid=BASE + (sid or pid), comm=comm, state=state, uid=0, start_time=1000.0 + pid, cmdline=argv)
+
+
+def table(*procs: Proc) -> Dict[int, Proc]:
+    return {p.pid: p for p in procs}
+
+
+@pytest.fixture
+def environs(monkeypatch):
+    envs: Dict[int, Dict[str, str]] = {}
+    monkeypatch.setattr(_procs, "read_environ", envs.get)
+    return envs
+
+
+def server_tp2(main_ppid: int = 1) -> List[Proc]:
+    main = [VENV_PY, "-m", "sglang.launch_server", "--model-path", "m", "--port", "8000", "--tp-size", "2",
+            "--api-key", "s3cret", "--log-level", "warning"]
+    return [
+        P(10, main_ppid, main, pgid=10, sid=10),
+        P(11, 10, [VENV_PY, "-B", "-c", "from multiprocessing.resource_tracker import main;main(5)"], 10, 10),
+        P(12, 10, ["sglang::scheduler_TP0"], 10, 10, comm="sglang::schedul"),
+        P(13, 10, ["sglang::scheduler_TP1"], 10, 10, comm="sglang::schedul"),
+        P(14, 10, ["sglang::detokenizer"], 10, 10, comm="sglang::detoken"),
+    ]
+
+
+def test_groups_main_ranks_detokenizer_and_tracker(environs):
+    procs = table(*server_tp2(), P(99, 1, ["tail", "-f", "sglang.log"]), P(98, 1, ["bash"]))
+    environs[BASE + 10] = {"LLMOPS_SGLANG_INSTANCE": "extract", "LLMOPS_SGLANG_LAUNCH_ID": "abc",
+                           "NCCL_PROTO": "Simple", "CUDA_VISIBLE_DEVICES": "0,1", "HF_TOKEN": "hf_x",
+                           "HOME": "/root"}
+    servers = D.find_servers(procs, with_ports=False)
+    assert len(servers) == 1
+    s = servers[0].to_dict(now=2010.0)
+    assert s["pid"] == BASE + 10 and s["main"] and s["instance"] == "extract" and s["launch_id"] == "abc"
+    roles = {m["pid"] - BASE: m["role"] for m in s["members"]}
+    assert roles == {10: "main", 11: "resource_tracker", 12: "scheduler", 13: "scheduler", 14: "detokenizer"}
+    ranks = {m["pid"] - BASE: m["rank"] for m in s["members"]}
+    assert ranks[12] == "TP0" and ranks[13] == "TP1"
+    assert s["orphaned"] == [] and s["port"] == 8000 and s["age_seconds"] == 1000.0
+    assert s["args"]["tp_size"] == "2" and s["args"]["api_key"] == "********"
+    assert "s3cret" not in str(s)
+    assert s["env"] == {"CUDA_VISIBLE_DEVICES": "0,1", "HF_TOKEN": "********", "LLMOPS_SGLANG_INSTANCE": "extract",
+                        "LLMOPS_SGLANG_LAUNCH_ID": "abc", "NCCL_PROTO": "Simple"}
+    assert s["interpreter"]["cmdline"] == VENV_PY
+
+
+def test_escaped_rank_is_grouped_and_marked_orphaned(environs):
+    procs = server_tp2()
+    procs[3] = P(13, 1, ["sglang::scheduler_TP1"], 10, 10)  # reparented to init, same group
+    servers = D.find_servers(table(*procs), with_ports=False)
+    assert len(servers) == 1
+    assert servers[0].to_dict()["orphaned"] == [BASE + 13]
+
+
+def test_escaped_rank_in_new_session_grouped_by_launch_id(environs):
+    procs = server_tp2()
+    procs[3] = P(13, 1, ["sglang::scheduler_TP1"], 13, 13)
+    environs[BASE + 10] = {"LLMOPS_SGLANG_INSTANCE": "a", "LLMOPS_SGLANG_LAUNCH_ID": "L1"}
+    environs[BASE + 13] = {"LLMOPS_SGLANG_INSTANCE": "a", "LLMOPS_SGLANG_LAUNCH_ID": "L1"}
+    servers = D.find_servers(table(*procs), with_ports=False)
+    assert len(servers) == 1 and BASE + 13 in servers[0].pids
+
+
+def test_leftovers_without_main_form_their_own_server(environs):
+    procs = table(P(12, 1, ["sglang::scheduler_DP0_TP0_EP0"], 10, 10), P(13, 1, ["sglang::scheduler_DP1_TP1_EP1"], 10, 10),
+                  P(14, 1, [], 10, 10, comm="sglang::detoken"))
+    servers = D.find_servers(procs, with_ports=False)
+    assert len(servers) == 1
+    s = servers[0].to_dict()
+    assert s["main"] is False and s["pid"] is None and s["id"].startswith("orphans-")
+    assert sorted(s["orphaned"]) == [BASE + 12, BASE + 13, BASE + 14]
+    assert {m["rank"] for m in s["members"]} >= {"DP0_TP0_EP0", "DP1_TP1_EP1"}
+
+
+def test_two_servers_and_zombies_and_supervisor(environs):
+    a = server_tp2(main_ppid=50)
+    sup = P(50, 1, ["/usr/bin/python3", "-c", "supervisor"], 50, 50)
+    b = [P(20, 1, ["/opt/env/bin/sglang", "serve", "--model-path", "x", "--port=9000"], 20, 20),
+         P(21, 20, ["sglang::scheduler_TP0"], 20, 20)]
+    zombie = P(30, 1, [], 30, 30, comm="sglang::schedul", state="Z")
+    environs[BASE + 50] = {"LLMOPS_SGLANG_LAUNCH_ID": "L", "LLMOPS_SGLANG_INSTANCE": "i"}
+    environs[BASE + 10] = {"LLMOPS_SGLANG_LAUNCH_ID": "L", "LLMOPS_SGLANG_INSTANCE": "i"}
+    servers = {s.id: s.to_dict() for s in D.find_servers(table(*a, sup, *b, zombie), with_ports=False)}
+    assert set(servers) == {str(BASE + 10), str(BASE + 20)}
+    assert servers[str(BASE + 20)]["port"] == 9000
+    roles = {m["role"] for m in servers[str(BASE + 10)]["members"]}
+    assert "supervisor" in roles
+
+
+def test_marked_stray_process_is_reported(environs):
+    environs[BASE + 60] = {"LLMOPS_SGLANG_INSTANCE": "gone", "LLMOPS_SGLANG_LAUNCH_ID": "Z"}
+    servers = D.find_servers(table(P(60, 1, ["/usr/bin/python3", "-c", "x"])), with_ports=False)
+    assert len(servers) == 1 and servers[0].members[0].role == "marked"
+    assert servers[0].to_dict()["instance"] == "gone"
+
+
+def test_parse_args_forms():
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", "m", "--port=1", "--trust-remote-code", "--x", "y"]
+    assert D.parse_args(argv) == {"model_path": "m", "port": "1", "trust_remote_code": True, "x": "y"}
+    assert D.parse_args(["sglang", "serve", "--enable-metrics"]) == {"enable_metrics": True}
+
+
+def test_role_of_truncated_comm():
+    assert D.role_of(P(1, 0, [], comm="sglang::schedul")) == "scheduler"
+    assert D.role_of(P(1, 0, ["sglang::tokenizer_worker:123"])) == "tokenizer_worker"
+    assert D.role_of(P(1, 0, ["sglang::data_parallel_controller"])) == "data_parallel_controller"
+    assert D.role_of(P(1, 0, ["sglang::something_new"])) == "something_new"

@@ -1,0 +1,148 @@
+"""_interpreter: resolve() errors name the path; discover() reads metadata without running."""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _interpreter as I
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+
+def _script(path, text: str) -> str:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def _fake_install(root, version: str = "0.5.6", pyver: str = "python3.11", venv: bool = True) -> str:
+    """A venv-shaped tree with sglang dist-info and a bin/python that must NOT be run."""
+    site = root / "lib" / pyver / "site-packages"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "launch_server.py").write_text("")
+    dist = site / ("sglang-%s.dist-info" % version)
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: %s\n\nbody\n" % version)
+    (root / "bin").mkdir()
+    marker = root / "ran"
+    _script(root / "bin" / "python", "#!/bin/sh\ntouch %s\n" % marker)
+    if venv:
+        (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    return str(root)
+
+
+def test_resolve_current_python_reports_version_without_sglang():
+    interp = I.resolve(python=sys.executable)
+    assert interp.path == os.path.abspath(sys.executable)
+    assert interp.python_version == "%d.%d.%d" % sys.version_info[:3]
+    assert interp.sglang_installed is False and interp.sglang_version is None
+    assert interp.entrypoints == {"launch_server": False, "serve": False}
+    assert set(interp.to_dict()) >= {"path", "venv", "is_venv", "entrypoints", "install_mtime", "error"}
+
+
+def test_resolve_bare_name_is_reported_absolute():
+    name = os.path.basename(sys.executable)
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    assert os.path.isabs(I.resolve(python=name).path)
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "nobin"])
+def test_resolve_bad_venv_names_the_path(tmp_path, case):
+    target = tmp_path / "venv"
+    if case == "file":
+        target.write_text("")
+    elif case == "nobin":
+        target.mkdir()
+    with pytest.raises(SglangError) as err:
+        I.resolve(venv=str(target))
+    assert str(target) in err.value.msg
+    assert {"missing": "does not exist", "file": "not a directory", "nobin": "no bin/python"}[case] in err.value.msg
+
+
+def test_resolve_not_executable_not_python_and_crashing(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with pytest.raises(SglangError, match="not executable") as err:
+        I.resolve(python=str(text))
+    assert str(text) in err.value.msg
+    text.chmod(0o755)
+    with pytest.raises(SglangError, match="cannot be executed as a Python interpreter|failed"):
+        I.resolve(python=str(text))
+    crash = _script(tmp_path / "crash", "#!/bin/sh\necho 'Fatal: libpython missing' >&2\nexit 1\n")
+    with pytest.raises(SglangError) as err:
+        I.resolve(python=crash)
+    assert "Fatal: libpython missing" in err.value.msg and err.value.details["rc"] == 1
+    quiet = _script(tmp_path / "quiet", "#!/bin/sh\necho hello\n")
+    with pytest.raises(SglangError, match="not a Python interpreter"):
+        I.resolve(python=quiet)
+
+
+def test_resolve_rejects_both():
+    with pytest.raises(SglangError, match="mutually exclusive"):
+        I.resolve(venv="/a", python="/b")
+
+
+def test_broken_venv_symlink(tmp_path):
+    (tmp_path / "bin").mkdir()
+    os.symlink("/nonexistent/python3.99", str(tmp_path / "bin" / "python"))
+    with pytest.raises(SglangError, match="broken symlink"):
+        I.resolve(venv=str(tmp_path))
+
+
+def test_resolve_finds_sglang_in_a_venv_with_a_stub_package(tmp_path):
+    venv = tmp_path / "env"
+    import subprocess
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig;print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    pkg = os.path.join(site, "sglang")
+    os.makedirs(pkg)
+    # __init__ must never run: it would fail the probe here.
+    with open(os.path.join(pkg, "__init__.py"), "w") as fh:
+        fh.write("raise ImportError('torch missing: __init__ must not run')\n")
+    open(os.path.join(pkg, "launch_server.py"), "w").close()
+    dist = os.path.join(site, "sglang-0.5.6.dist-info")
+    os.makedirs(dist)
+    with open(os.path.join(dist, "METADATA"), "w") as fh:
+        fh.write("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.6\n")
+    interp = I.resolve(venv=str(venv))
+    assert interp.is_venv and interp.venv == str(venv)
+    assert interp.sglang_installed and interp.sglang_version == "0.5.6"
+    assert interp.sglang_location == pkg and interp.install_mtime
+    assert interp.entrypoints["launch_server"] and not interp.entrypoints["serve"]
+
+
+def test_discover_reads_metadata_without_running(tmp_path):
+    root = _fake_install(tmp_path / "ml-env", "0.5.23")
+    found = I.discover([str(tmp_path / "*") + "/"])
+    assert len(found) == 1
+    item = found[0]
+    assert item["python"] == os.path.join(root, "bin", "python")
+    assert item["venv"] == root and item["sglang_version"] == "0.5.23"
+    assert item["location"].endswith("site-packages/sglang")
+    assert not os.path.exists(os.path.join(root, "ran"))  # never executed
+
+
+def test_discover_dedupes_and_handles_missing_paths(tmp_path):
+    _fake_install(tmp_path / "a", "0.5.6")
+    patterns = [str(tmp_path / "a"), str(tmp_path / "a") + "/", str(tmp_path / "nope*")]
+    assert len(I.discover(patterns)) == 1
+    assert I.discover([str(tmp_path / "nothing")]) == []
+
+
+def test_discover_version_from_dirname_when_metadata_missing(tmp_path):
+    root = tmp_path / "x"
+    _fake_install(root, "0.5.7")
+    os.unlink(str(root / "lib" / "python3.11" / "site-packages" / "sglang-0.5.7.dist-info" / "METADATA"))
+    assert I.discover([str(root)])[0]["sglang_version"] == "0.5.7"
+
+
+def test_where_is_sglang_excludes_the_interpreter_itself(tmp_path):
+    root = _fake_install(tmp_path / "ml-env", "0.5.23")
+    mine = I.Interpreter(path="/usr/bin/python3")
+    others = I.where_is_sglang(mine, [root])
+    assert [o["python"] for o in others] == [os.path.join(root, "bin", "python")]
+    same = I.Interpreter(path=os.path.join(root, "bin", "python"))
+    assert I.where_is_sglang(same, [root]) == []

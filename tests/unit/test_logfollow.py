@@ -1,0 +1,126 @@
+"""The incremental log follower: offsets, partial lines, rotation, truncation, deletion."""
+from __future__ import annotations
+
+import os
+
+from ansible_collections.llmops.sglang.plugins.module_utils._logfollow import LogFollower
+
+
+def _append(path: str, data: str) -> None:
+    with open(path, "a") as fh:
+        fh.write(data)
+
+
+def _kinds(follower: LogFollower) -> list:
+    return [e.kind for e in follower.events]
+
+
+def test_starts_at_offset_and_never_returns_older_lines(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "old run\nThe server is fired up and ready to roll!\n")
+    follower = LogFollower(path, offset=os.path.getsize(path))
+    assert follower.poll() == []
+    _append(path, "new line 1\nnew line 2\n")
+    assert follower.poll() == ["new line 1", "new line 2"]
+    assert follower.poll() == []
+
+
+def test_reads_only_new_bytes_each_poll(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "x" * 1000 + "\n")
+    follower = LogFollower(path, offset=0)
+    follower.poll()
+    first = follower.bytes_read
+    _append(path, "tail\n")
+    assert follower.poll() == ["tail"]
+    assert follower.bytes_read == first + len("tail\n")
+
+
+def test_keeps_partial_lines_until_their_newline(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "Load weight be")
+    follower = LogFollower(path)
+    assert follower.poll() == []
+    _append(path, "gin. avail mem=78.50 GB\nnext")
+    assert follower.poll() == ["Load weight begin. avail mem=78.50 GB"]
+    assert follower.poll(final=True) == ["next"]
+
+
+def test_carriage_return_redraws_are_lines(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "shards 1/2\rshards 2/2\r\nKV Cache is allocated\r\n")
+    assert LogFollower(path).poll() == ["shards 1/2", "shards 2/2", "KV Cache is allocated"]
+
+
+def test_rotation_drains_old_file_then_follows_new_from_zero(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "one\n")
+    follower = LogFollower(path)
+    assert follower.poll() == ["one"]
+    # The writer may add a last line to the old file before the rename (and keep writing there).
+    _append(path, "two\n")
+    os.rename(path, path + ".1")
+    _append(path, "three\n")
+    assert follower.poll() == ["two", "three"]
+    assert "rotated" in _kinds(follower)
+    _append(path + ".1", "late write to the old inode\n")
+    _append(path, "four\n")
+    assert follower.poll() == ["late write to the old inode", "four"]
+    follower.close()
+
+
+def test_truncation_restarts_from_zero_and_is_noted(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "a long first line\nsecond line\n")
+    follower = LogFollower(path)
+    assert len(follower.poll()) == 2
+    with open(path, "w") as fh:  # copytruncate / `> file`
+        fh.write("after\n")
+    assert follower.poll() == ["after"]
+    assert follower.truncated and "truncated" in _kinds(follower)
+
+
+def test_offset_beyond_size_is_truncation(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "short\n")
+    follower = LogFollower(path, offset=10_000)
+    assert follower.poll() == ["short"]
+    assert follower.truncated
+
+
+def test_missing_file_then_created(tmp_path):
+    path = str(tmp_path / "late.log")
+    follower = LogFollower(path)
+    assert follower.poll() == [] and not follower.ever_opened
+    assert "missing" in _kinds(follower)
+    _append(path, "hello\n")
+    assert follower.poll() == ["hello"]
+    assert follower.ever_opened
+
+
+def test_deleted_file_is_still_read_through_the_open_descriptor(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "one\n")
+    writer = open(path, "a")
+    follower = LogFollower(path)
+    assert follower.poll() == ["one"]
+    os.unlink(path)
+    writer.write("still writing\n")
+    writer.flush()
+    assert follower.poll() == ["still writing"]
+    writer.close()
+    follower.close()
+
+
+def test_bounded_read_per_poll(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "".join("line %d\n" % i for i in range(1000)))
+    follower = LogFollower(path, max_read=100)
+    got = follower.poll()
+    assert 0 < len(got) < 1000
+    while True:
+        more = follower.poll()
+        if not more:
+            break
+        got.extend(more)
+    assert got == ["line %d" % i for i in range(1000)]

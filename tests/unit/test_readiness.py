@@ -1,0 +1,285 @@
+"""The readiness state machine with trivial processes (sleep, http.server) and hand-written logs."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+import uuid
+
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _logpatterns as lp
+from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _readiness
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from helpers.fixtures import free_port, wait_for
+
+READY = "[2025-01-01 10:00:09] The server is fired up and ready to roll!"
+STARTUP = [
+    "[2025-01-01 10:00:00] server_args=ServerArgs(model_path='/m', api_key='sk-secret-123', port=1)",
+    "[2025-01-01 10:00:01 TP0] Init torch distributed begin.",
+    "[2025-01-01 10:00:02 TP0] Load weight begin. avail mem=78.50 GB",
+    "[2025-01-01 10:00:03 TP0] Load weight end. type=X, avail mem=60 GB",
+    "[2025-01-01 10:00:04 TP0] KV Cache is allocated. #tokens: 1000",
+    "[2025-01-01 10:00:05 TP0] Memory pool end. avail mem=10 GB",
+    "[2025-01-01 10:00:05 TP0] Capture cuda graph begin. This can take up to several minutes.",
+    "[2025-01-01 10:00:06 TP0] Capture cuda graph end. Time elapsed: 1.00 s.",
+    "[2025-01-01 10:00:07] INFO:     Uvicorn running on http://127.0.0.1:%d (Press CTRL+C to quit)",
+    '[2025-01-01 10:00:08] INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200 OK',
+]
+SCHEDULER_CRASH = [
+    "[2025-01-01 10:00:02 TP0] Load weight begin. avail mem=78.50 GB",
+    "[2025-01-01 10:00:03 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "scheduler.py", line 10, in run',
+    "    raise RuntimeError('Not enough memory. Please try to increase --mem-fraction-static.')",
+    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+    "",
+    "[2025-01-01 10:00:03] Received sigquit from a child process. It usually means the child failed.",
+]
+
+
+def _compile(patterns):
+    return lp.compile_patterns(patterns, "test")
+
+
+def _analyzer(port=30000):
+    return _readiness.LogAnalyzer(_compile(lp.READY_PATTERNS), _compile(lp.FATAL_PATTERNS), port,
+                                  launched_at=time.mktime(time.strptime("2025-01-01 10:00:00",
+                                                                        "%Y-%m-%d %H:%M:%S")))
+
+
+# --- pure parts --------------------------------------------------------------------------
+
+def test_timeline_in_canonical_order_and_phase():
+    log = _analyzer(1234)
+    log.feed([line % 1234 if "%d" in line else line for line in STARTUP] + [READY], time.time())
+    phases = [t["phase"] for t in log.timeline]
+    assert phases == ["init distributed", "weight load begin", "weight load end", "kv cache",
+                      "memory pool", "cuda graph begin", "cuda graph end", "http up", "warmup", "ready"]
+    assert log.phase == "ready" and log.uvicorn_line and log.ready_line and not log.fatal
+    seconds = [t["seconds"] for t in log.timeline]
+    assert seconds == sorted(seconds) and seconds[0] > 0
+
+
+def test_uvicorn_for_another_port_does_not_count():
+    log = _analyzer(1234)
+    log.feed(["[x] INFO:     Uvicorn running on http://0.0.0.0:9999 (Press CTRL+C to quit)"], time.time())
+    assert log.uvicorn_line is None and log.other_uvicorn
+
+
+def test_decisive_lines_follow_the_traceback_to_the_exception():
+    log = _analyzer()
+    log.feed(SCHEDULER_CRASH, time.time())
+    lines = log.decisive_lines()
+    assert lines[0].endswith("Traceback (most recent call last):")
+    assert "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static." in lines
+    assert lines[-1].startswith("[2025-01-01 10:00:03] Received sigquit")
+
+
+def test_decisive_lines_look_back_for_the_traceback_start():
+    log = _analyzer()
+    log.feed(["noise"] * 5 + ["Traceback (most recent call last):", '  File "x.py", line 1',
+                              "ModuleNotFoundError: No module named 'sglang.srt.foo'"], time.time())
+    assert log.decisive_lines() == ["Traceback (most recent call last):", '  File "x.py", line 1',
+                                    "ModuleNotFoundError: No module named 'sglang.srt.foo'"]
+
+
+def test_decisive_lines_are_capped():
+    log = _analyzer()
+    log.feed(["Traceback (most recent call last):"] + ['  File "f%d.py"' % i for i in range(100)]
+             + ["ModuleNotFoundError: No module named 'x'"], time.time())
+    lines = log.decisive_lines()
+    assert len(lines) <= _readiness.DECISIVE_MAX
+    assert lines[0].startswith("Traceback") and lines[-1].startswith("ModuleNotFoundError")
+    assert any("omitted" in line for line in lines)
+
+
+def test_bind_error_is_always_fatal_even_with_custom_patterns():
+    log = _readiness.LogAnalyzer(_compile(lp.READY_PATTERNS), _compile(["never"]), 8000, time.time())
+    log.feed(["[x] ERROR:    [Errno 98] error while attempting to bind on address "
+              "('127.0.0.1', 8000): address already in use"], time.time())
+    assert log.bind_error and log.fatal
+
+
+@pytest.mark.parametrize("expect,info,ok", [
+    ({"tp_size": 8}, {"tp_size": 8}, True),
+    ({"tp_size": "8"}, {"tp_size": 8}, True),
+    ({"tp_size": 8}, {"tp_size": 2}, False),
+    ({"model_path": "/models/x/"}, {"model_path": "/models/x"}, True),
+    ({"disable_cuda_graph": "true"}, {"disable_cuda_graph": True}, True),
+    ({"reasoning_parser": "kimi_k2"}, {"reasoning_parser": None}, False),
+    ({"reasoning_parser": "kimi_k2"}, {}, False),
+    ({"mem_fraction_static": 0.88}, {"mem_fraction_static": "0.88"}, True),
+])
+def test_compare_expected_normalises(expect, info, ok):
+    matched, mismatches = _readiness.compare_expected(expect, info)
+    assert (not mismatches) is ok
+    if not ok:
+        assert mismatches[0]["field"] in expect and "expected" in mismatches[0]
+
+
+def test_quiet_log_levels():
+    assert lp.quiet_log_levels(["--model-path", "m"]) == (None, None)
+    assert lp.quiet_log_levels(["--log-level", "warning"]) == ("warning", "warning")
+    assert lp.quiet_log_levels(["--log-level=error", "--log-level-http", "info"]) == ("error", None)
+    assert lp.quiet_log_levels(["--log-level", "warning", "--log-level", "info"]) == (None, None)
+
+
+def test_record_validation_is_precise():
+    with pytest.raises(SglangError) as exc:
+        _readiness.instance_from_record({"log_path": "/x"})
+    assert exc.value.details["reason"] == "record_invalid" and "pid" in exc.value.msg
+    with pytest.raises(SglangError):
+        _readiness.instance_from_record({"pid": 5})
+    with pytest.raises(SglangError) as exc:
+        lp.compile_patterns(["("], "fatal_patterns")
+    assert "fatal_patterns" in exc.value.msg
+
+
+# --- the state machine with trivial processes ----------------------------------------------
+
+def _record(proc, log_path, offset=0, port=None, **extra):
+    info = _procs.read_proc(proc.pid)
+    rec = {"name": "t", "pid": proc.pid, "start_time": info.start_time, "pgid": info.pgid,
+           "sid": info.sid, "launch_id": uuid.uuid4().hex, "log_path": log_path,
+           "log_offset": offset, "host": "127.0.0.1", "port": port or free_port(),
+           "launched_at": time.time(), "argv": [], "expect": {}}
+    rec.update(extra)
+    return rec
+
+
+def _opts(**kw):
+    kw.setdefault("timeout", 2.0)
+    kw.setdefault("poll_interval", 0.05)
+    return _readiness.Options(**kw)
+
+
+def _write(path, lines):
+    with open(path, "a") as fh:
+        fh.write("".join(line + "\n" for line in lines))
+
+
+@pytest.fixture
+def sleeper(spawn):
+    return lambda: spawn.start(["sleep", "60"])
+
+
+def test_fatal_line_fails_with_the_traceback_and_redacts(tmp_path, sleeper):
+    log = str(tmp_path / "l.log")
+    _write(log, [STARTUP[0]] + SCHEDULER_CRASH)
+    out = _readiness.wait_ready(_record(sleeper(), log), _opts(api_key="sk-secret-123"))
+    assert not out.ready and out.reason == "fatal_log"
+    assert "Scheduler hit an exception" in out.msg
+    assert any("Not enough memory" in line for line in out.details["decisive_lines"])
+    assert "sk-secret-123" not in json.dumps(out.details) + out.msg
+
+
+def test_exited_reads_this_launchs_exit_file(tmp_path, sleeper):
+    log = str(tmp_path / "l.log")
+    _write(log, STARTUP[:3])
+    proc = sleeper()
+    rec = _record(proc, log, exit_path=str(tmp_path / "t.exit.json"))
+    with open(rec["exit_path"], "w") as fh:
+        json.dump({"launch_id": rec["launch_id"], "pid": proc.pid, "returncode": 1, "signal": None}, fh)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    out = _readiness.wait_ready(rec, _opts())
+    assert out.reason == "exited" and out.details["exit_status"]["returncode"] == 1
+    assert out.details["phase"] == "weight load begin" and "weight load" in out.msg
+
+
+def test_exit_file_of_another_launch_is_unknown(tmp_path, sleeper):
+    log = str(tmp_path / "l.log")
+    _write(log, STARTUP[:2])
+    proc = sleeper()
+    rec = _record(proc, log, exit_path=str(tmp_path / "t.exit.json"))
+    with open(rec["exit_path"], "w") as fh:
+        json.dump({"launch_id": "someone-else", "returncode": 0}, fh)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    out = _readiness.wait_ready(rec, _opts())
+    assert out.reason == "exited" and out.details["exit_status"] == "unknown"
+
+
+def test_old_ready_line_before_offset_does_not_count(tmp_path, sleeper):
+    log = str(tmp_path / "l.log")
+    port = free_port()
+    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    offset = os.path.getsize(log)
+    _write(log, STARTUP[1:3])  # the new launch hangs in weight loading
+    out = _readiness.wait_ready(_record(sleeper(), log, offset=offset, port=port), _opts(timeout=0.6))
+    assert not out.ready and out.reason == "timeout"
+    assert out.details["phase"] == "weight load begin" and "weight load" in out.msg
+
+
+def test_hidden_ready_line_fails_at_once(tmp_path, sleeper):
+    log = str(tmp_path / "l.log")
+    _write(log, [])
+    rec = _record(sleeper(), log, argv=["-m", "sglang.launch_server", "--log-level", "warning"])
+    out = _readiness.wait_ready(rec, _opts(timeout=60))
+    assert out.reason == "ready_line_hidden" and "require_ready_line" in out.msg
+
+
+def test_missing_log(tmp_path, sleeper):
+    out = _readiness.wait_ready(_record(sleeper(), str(tmp_path / "none.log")), _opts(timeout=0.3))
+    assert out.reason == "log_missing"
+
+
+def test_truncated_log_is_reported_at_timeout(tmp_path, sleeper):
+    log = str(tmp_path / "l.log")
+    _write(log, STARTUP[:2])
+    out = _readiness.wait_ready(_record(sleeper(), log, offset=10_000), _opts(timeout=0.3))
+    assert out.reason == "log_truncated"
+    assert [e["kind"] for e in out.details["log_events"]] == ["truncated"]
+
+
+LISTENER = ("import socket,sys,time\n"
+            "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(60)\n")
+
+
+def test_foreign_listener_on_the_port_is_a_stale_server(tmp_path, spawn, sleeper):
+    port = free_port()
+    stale = spawn.start([sys.executable, "-c", LISTENER, str(port)])
+    assert wait_for(lambda: bool(_readiness._ports.has_listener(port)), 10)
+    log = str(tmp_path / "l.log")
+    _write(log, STARTUP[:3])
+    out = _readiness.wait_ready(_record(sleeper(), log, port=port), _opts())
+    assert out.reason == "stale_server"
+    assert "pid %d" % stale.pid in out.msg
+    assert [o["pid"] for o in out.details["stale_owners"]] == [stale.pid]
+
+
+def _http_launch(spawn, tmp_path, info):
+    """A 'server' that is really http.server over a directory with server_info and health."""
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "server_info").write_text(json.dumps(info))
+    (root / "health").write_text("")
+    port = free_port()
+    proc = spawn.start([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                        "--directory", str(root)])
+    assert wait_for(lambda: bool(_readiness._ports.has_listener(port)), 10)
+    log = str(tmp_path / "l.log")
+    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    return proc, port, log
+
+
+def test_ready_when_every_proof_holds(tmp_path, spawn):
+    proc, port, log = _http_launch(spawn, tmp_path, {"tp_size": 2, "port": 0, "version": "0.5.6"})
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts(expect={"tp_size": "2"}))
+    assert out.ready and out.reason == "ready", out.msg
+    assert out.details["server_version"] == "0.5.6" and out.details["matched"] == {"tp_size": 2}
+    assert out.details["health"]["status"] == 200
+    owners = [o for lst in out.details["listeners"] for o in lst["owners"]]
+    assert owners and all(o["ours"] for o in owners)
+
+
+def test_config_mismatch_shows_expected_and_actual(tmp_path, spawn):
+    proc, port, log = _http_launch(spawn, tmp_path, {"tp_size": 2, "version": "0.5.6"})
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts(expect={"tp_size": 8}))
+    assert out.reason == "config_mismatch"
+    assert out.details["mismatches"] == [{"field": "tp_size", "expected": 8, "actual": 2}]
+    assert re.search(r"tp_size: expected 8, server reports 2", out.msg)
