@@ -53,7 +53,7 @@ rmdir /dev/shm/llmops_demo_hs 2>/dev/null || true
 trap - ERR
 
 step "demo summary"
-grep -h -A9 'Summarise the restart of the instance' "$out/run1.log" | sed -n '3,12p'
+sed -n '/Summarise the restart of the instance/,/^$/p' "$out/run1.log" | sed -n '3,$p'
 echo
 echo "run 1: $(recap "$out/run1.log")"
 echo "run 2: $(recap "$out/run2.log")   <- same inputs, nothing restarted"

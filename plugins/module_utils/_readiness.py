@@ -166,7 +166,10 @@ class LogAnalyzer:
         return round(max(0.0, observed), 2)
 
     def _phase(self, name: str, line: str, now: float) -> None:
-        if name not in self.seen_phases:
+        # A phase seen after a later one is an echo (uvicorn's access line for the warmup
+        # request can land after the ready line): the timeline stays in startup order.
+        later = lp.PHASE_NAMES[lp.PHASE_NAMES.index(name) + 1:]
+        if name not in self.seen_phases and not self.seen_phases.intersection(later):
             self.seen_phases.add(name)
             self.timeline.append({"phase": name, "seconds": self._seconds(line, now),
                                   "line": line[:500]})

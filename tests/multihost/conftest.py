@@ -124,6 +124,13 @@ class Hosts:
         state = proc.stdout.split(")", 1)[1].split()[0]
         return state != "Z" and ("LLMOPS_SGLANG_LAUNCH_ID=%s" % record["launch_id"]) in proc.stdout.splitlines()
 
+    def instance_pids(self, host: str, name: str) -> List[int]:
+        """Pids in the host carrying the instance marker LLMOPS_SGLANG_INSTANCE=<name>."""
+        script = ('for p in /proc/[0-9]*; do tr "\\0" "\\n" <$p/environ 2>/dev/null '
+                  '| grep -qx "LLMOPS_SGLANG_INSTANCE=%s" && echo ${p#/proc/}; done; true' % name)
+        out = self.inside(host, "sh", "-c", script).stdout
+        return [int(x) for x in out.split()]
+
     def health(self, host: str, port: int, path: str = "/health") -> Optional[int]:
         """HTTP status of http://<host's netns address>:port/path from the controller."""
         url = "http://%s:%d%s" % (self.addr(host), port, path)

@@ -283,3 +283,9 @@ def test_config_mismatch_shows_expected_and_actual(tmp_path, spawn):
     assert out.reason == "config_mismatch"
     assert out.details["mismatches"] == [{"field": "tp_size", "expected": 8, "actual": 2}]
     assert re.search(r"tp_size: expected 8, server reports 2", out.msg)
+
+
+def test_a_phase_echoed_after_a_later_one_keeps_the_timeline_in_order():
+    log = _analyzer(1234)
+    log.feed([STARTUP[8] % 1234, READY, STARTUP[9]], time.time())
+    assert [t["phase"] for t in log.timeline] == ["http up", "ready"]
