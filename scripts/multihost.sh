@@ -22,8 +22,13 @@ export ANSIBLE_CONFIG=$ROOT/ansible.cfg
 export PYTHONDONTWRITEBYTECODE=1
 
 DIR=""
+PYTEST_PID=""
 cleanup() {
     local rc=$?
+    if [ -n "$PYTEST_PID" ] && kill -0 "$PYTEST_PID" 2>/dev/null; then
+        kill -TERM "$PYTEST_PID" 2>/dev/null || true
+        wait "$PYTEST_PID" 2>/dev/null || true
+    fi
     if [ -n "$DIR" ]; then
         if [ "${MH_KEEP:-0}" = 1 ]; then
             echo "multihost: hosts kept in $DIR; remove with: $HARNESS down $DIR" >&2
@@ -41,6 +46,10 @@ DIR=$("$HARNESS" up --hosts "${MH_HOSTS:-3}")
 # shellcheck disable=SC1091
 source "$DIR/env"
 rc=0
-"$PY" -m pytest -p no:cacheprovider -q -rA tests/multihost "$@" || rc=$?
+# In the background + wait: a SIGTERM (CI timeout) reaches the trap at once, not after pytest.
+"$PY" -m pytest -p no:cacheprovider -q -rA tests/multihost "$@" &
+PYTEST_PID=$!
+wait "$PYTEST_PID" || rc=$?
+PYTEST_PID=""
 echo "multihost: pytest rc=$rc in $(( $(date +%s) - start ))s" >&2
 exit "$rc"

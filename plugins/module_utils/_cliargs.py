@@ -124,8 +124,8 @@ def is_bare_flag(info: Optional[Mapping[str, Any]]) -> bool:
     action = str(info.get("action") or "").lower()
     if info.get("nargs") == 0 or info.get("nargs") == "0":
         return True
-    return any(word in action for word in ("store_true", "storetrue", "store_false", "storefalse",
-                                             "store_const", "storeconst", "count"))
+    flag_actions = ("store_true", "storetrue", "store_false", "storefalse", "store_const", "storeconst", "count")
+    return any(word in action for word in flag_actions)
 
 
 def takes_many(info: Optional[Mapping[str, Any]]) -> bool:

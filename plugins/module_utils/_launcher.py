@@ -201,7 +201,7 @@ def wait_for_server(sup: "subprocess.Popen[bytes]", exit_path: str, launch_id: s
         rc = sup.poll()
         if rc is not None:
             return None, _read_exit(exit_path, launch_id) or {"returncode": rc, "launch_id": launch_id,
-                                                             "pid": None, "signal": None}
+                                                              "pid": None, "signal": None}
         if time.monotonic() >= deadline:
             return None, None
         time.sleep(0.02)

@@ -163,15 +163,15 @@ def _elsewhere(interp: Any, search_paths: Optional[List[str]]) -> List[Dict[str,
 
 def check_sglang(report: Report, interp: Any, search_paths: Optional[List[str]]) -> bool:
     if interp.sglang_installed:
-        report.ok("sglang", "sglang %s importable from %s (%s)" % (interp.sglang_version, interp.path,
-                                                                 interp.sglang_location))
+        report.ok("sglang", "sglang %s importable from %s (%s)" % (
+            interp.sglang_version, interp.path, interp.sglang_location))
         return True
     found = [f for f in _elsewhere(interp, search_paths) if f.get("python") != interp.path]
     msg = ("interpreter %s cannot import sglang: `%s -m sglang.launch_server` would fail with "
            "'No module named sglang.launch_server'" % (interp.path, interp.path))
     if found:
-        where = "; ".join("sglang %s in venv %s (python %s)" % (f.get("sglang_version"), f.get("venv") or "-",
-                                                              f.get("python")) for f in found)
+        where = "; ".join("sglang %s in venv %s (python %s)" % (f.get("sglang_version"), f.get("venv") or "-", f.get("python"))
+                          for f in found)
         best = found[0].get("venv") or found[0].get("python")
         msg += "; sglang is installed in: %s; set venv: %s" % (where, best)
     else:

@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.sglang contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module sglang_launch: preflight, then start an SGLang server in its own session."""
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ description:
     and who holds the port; this module never stops anything (use C(sglang_teardown)).
   - Holds the per-instance lock C(<state_dir>/<name>.lock) while deciding and launching.
 version_added: "0.1.0"
-author: llmops
+author:
+  - llmops.sglang contributors (@llmops)
 options:
   name:
     description: Instance name; names the launch record, the lock, the log files and the marker.
@@ -232,9 +235,25 @@ changes:
   type: list
   elements: dict
 preflight:
-  description: C(checks) (name, status ok|failed|warning|note|skipped, msg), C(errors), C(warnings).
+  description: The preflight report - every check with its outcome, and all errors and warnings.
   returned: always
   type: dict
+  contains:
+    checks:
+      description: One entry per check - C(name), C(status) (V(ok), V(failed), V(warning), V(note) or V(skipped)) and C(msg).
+      returned: always
+      type: list
+      elements: dict
+    errors:
+      description: Every problem that fails the preflight, as one sentence each.
+      returned: always
+      type: list
+      elements: str
+    warnings:
+      description: Problems that do not fail the preflight (for example a log level that hides the ready line).
+      returned: always
+      type: list
+      elements: str
 interpreter:
   description: The resolved interpreter (path, venv, python_version, sglang_version, entrypoints, ...).
   returned: when resolved

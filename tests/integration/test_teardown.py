@@ -89,7 +89,7 @@ def test_normal_tree_check_mode_decoys_shm_and_idempotence(spawn, emulator_pytho
     shutil.copy(shutil.which("sleep"), fake)
     # carries our marker: it would be a target, but its name is protected
     protected = spawn.start([fake, "120"], env={"LLMOPS_SGLANG_INSTANCE": uname,
-                                                 "LLMOPS_SGLANG_STATE_DIR": srv.state_dir})
+                                                "LLMOPS_SGLANG_STATE_DIR": srv.state_dir})
     other_port = free_port()
     listener = spawn.start([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(other_port)])
     leak, held = os.path.join(shm_dir, "sgl_shm_x_1_abc"), os.path.join(shm_dir, "sgl_shm_y_2_def")

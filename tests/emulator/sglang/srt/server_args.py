@@ -49,9 +49,9 @@ def human_readable_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"Invalid integer value: {value!r}")
 
 
-def _arg(default: Any, help: str, **cli: Any) -> Any:
-    """A dataclass field carrying its CLI metadata (help, aliases, choices, type_parser)."""
-    return field(default=default, metadata={"help": help, **cli})
+def _arg(default: Any, help: str, **cli: Any) -> Dict[str, Any]:
+    """Keyword arguments of a dataclass field carrying its CLI metadata (help, aliases, choices, type_parser)."""
+    return {"default": default, "metadata": {"help": help, **cli}}
 
 
 _REQUIRED = dataclasses.MISSING
@@ -84,122 +84,122 @@ class ServerArgs:
             "aliases": ["--model"],
         }
     )
-    tokenizer_path: Optional[str] = _arg(None, "The path of the tokenizer.")
-    load_format: str = _arg("auto", "The format of the model weights to load.")
-    trust_remote_code: bool = _arg(
+    tokenizer_path: Optional[str] = field(**_arg(None, "The path of the tokenizer."))
+    load_format: str = field(**_arg("auto", "The format of the model weights to load."))
+    trust_remote_code: bool = field(**_arg(
         False,
         "Whether or not to allow for custom models defined on the Hub in their own modeling files.",
-    )
-    context_length: Optional[int] = _arg(
+    ))
+    context_length: Optional[int] = field(**_arg(
         None,
         "The model's maximum context length. Defaults to None (will use the value from the "
         "model's config.json instead).\n\n" + (human_readable_int.__doc__ or ""),
         type_parser=human_readable_int,
-    )
-    is_embedding: bool = _arg(False, "Whether to use a CausalLM as an embedding model.")
-    revision: Optional[str] = _arg(
+    ))
+    is_embedding: bool = field(**_arg(False, "Whether to use a CausalLM as an embedding model."))
+    revision: Optional[str] = field(**_arg(
         None,
         "The specific model version to use. It can be a branch name, a tag name, or a commit id. "
         "If unspecified, will use the default version.",
-    )
-    download_dir: Optional[str] = _arg(None, "Model download directory for huggingface.")
-    dtype: str = _arg(
+    ))
+    download_dir: Optional[str] = field(**_arg(None, "Model download directory for huggingface."))
+    dtype: str = field(**_arg(
         "auto",
         "Data type for model weights and activations.",
         choices=["auto", "half", "float16", "bfloat16", "float", "float32"],
-    )
-    kv_cache_dtype: str = _arg("auto", 'Data type for kv cache storage. "auto" will use model data type.')
-    quantization: Optional[str] = _arg(None, "The quantization method.")
-    served_model_name: Optional[str] = _arg(
+    ))
+    kv_cache_dtype: str = field(**_arg("auto", 'Data type for kv cache storage. "auto" will use model data type.'))
+    quantization: Optional[str] = field(**_arg(None, "The quantization method."))
+    served_model_name: Optional[str] = field(**_arg(
         None, "Override the model name returned by the v1/models endpoint in OpenAI API server."
-    )
-    chat_template: Optional[str] = _arg(
+    ))
+    chat_template: Optional[str] = field(**_arg(
         None,
         "The buliltin chat template name or the path of the chat template file. "
         "This is only used for OpenAI-compatible API server.",
-    )
+    ))
     # HTTP server
-    host: str = _arg("127.0.0.1", "The host of the HTTP server.")
-    port: int = _arg(30000, "The port of the HTTP server.")
-    skip_server_warmup: bool = _arg(False, "If set, skip warmup.")
-    api_key: Optional[str] = _arg(
+    host: str = field(**_arg("127.0.0.1", "The host of the HTTP server."))
+    port: int = field(**_arg(30000, "The port of the HTTP server."))
+    skip_server_warmup: bool = field(**_arg(False, "If set, skip warmup."))
+    api_key: Optional[str] = field(**_arg(
         None, "Set API key of the server. It is also used in the OpenAI API compatible server."
-    )
-    tokenizer_worker_num: int = _arg(1, "The worker num of the tokenizer manager.")
-    stream_interval: int = _arg(
+    ))
+    tokenizer_worker_num: int = field(**_arg(1, "The worker num of the tokenizer manager."))
+    stream_interval: int = field(**_arg(
         1,
         "The interval (or buffer size) for streaming in terms of the token length. A smaller value "
         "makes streaming smoother, while a larger value makes the throughput higher",
-    )
-    enable_cache_report: bool = _arg(
+    ))
+    enable_cache_report: bool = field(**_arg(
         False, "Return number of cached tokens in usage.prompt_tokens_details for each openai request."
-    )
+    ))
     # Memory and scheduling
-    mem_fraction_static: Optional[float] = _arg(
+    mem_fraction_static: Optional[float] = field(**_arg(
         None,
         "The fraction of the memory used for static allocation (model weights and KV cache memory "
         "pool). Use a smaller value if you see out-of-memory errors.",
-    )
-    max_running_requests: Optional[int] = _arg(None, "The maximum number of running requests.")
-    chunked_prefill_size: Optional[int] = _arg(
+    ))
+    max_running_requests: Optional[int] = field(**_arg(None, "The maximum number of running requests."))
+    chunked_prefill_size: Optional[int] = field(**_arg(
         None,
         "The maximum number of tokens in a chunk for the chunked prefill. Setting this to -1 means "
         "disabling chunked prefill.",
-    )
-    schedule_policy: str = _arg(
+    ))
+    schedule_policy: str = field(**_arg(
         "fcfs",
         "The scheduling policy of the requests.",
         choices=["lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "routing-key", "hrrn",
                  "shortest-prefill-first"],
-    )
-    disable_radix_cache: bool = _arg(False, "Disable RadixAttention for prefix caching.")
-    disable_overlap_schedule: bool = _arg(
+    ))
+    disable_radix_cache: bool = field(**_arg(False, "Disable RadixAttention for prefix caching."))
+    disable_overlap_schedule: bool = field(**_arg(
         False, "Disable the overlap scheduler, which overlaps the CPU scheduler with GPU model worker."
-    )
+    ))
     # Device and runtime
-    device: Optional[str] = _arg(
+    device: Optional[str] = field(**_arg(
         None,
         "The device to use ('cuda', 'xpu', 'hpu', 'npu', 'cpu', 'musa'). Defaults to "
         "auto-detection if not specified.",
-    )
-    base_gpu_id: int = _arg(
+    ))
+    base_gpu_id: int = field(**_arg(
         0,
         "The base GPU ID to start allocating GPUs from. Useful when running multiple instances on "
         "the same machine.",
-    )
-    random_seed: Optional[int] = _arg(None, "The random seed.")
-    watchdog_timeout: float = _arg(
+    ))
+    random_seed: Optional[int] = field(**_arg(None, "The random seed."))
+    watchdog_timeout: float = field(**_arg(
         300,
         "Set watchdog timeout in seconds. If a forward batch takes longer than this, the server "
         "will crash to prevent hanging.",
-    )
-    attention_backend: Optional[str] = _arg(None, "Choose the kernels for attention layers.")
-    enable_torch_compile: bool = _arg(False, "Optimize the model with torch.compile. Experimental feature.")
-    disable_custom_all_reduce: bool = _arg(
+    ))
+    attention_backend: Optional[str] = field(**_arg(None, "Choose the kernels for attention layers."))
+    enable_torch_compile: bool = field(**_arg(False, "Optimize the model with torch.compile. Experimental feature."))
+    disable_custom_all_reduce: bool = field(**_arg(
         False, "Disable the custom all-reduce kernel and fall back to NCCL."
-    )
+    ))
     # Parallelism
-    tp_size: int = _arg(1, "The tensor parallelism size.", aliases=["--tensor-parallel-size"])
-    pp_size: int = _arg(1, "The pipeline parallelism size.", aliases=["--pipeline-parallel-size"])
-    dp_size: int = _arg(
+    tp_size: int = field(**_arg(1, "The tensor parallelism size.", aliases=["--tensor-parallel-size"]))
+    pp_size: int = field(**_arg(1, "The pipeline parallelism size.", aliases=["--pipeline-parallel-size"]))
+    dp_size: int = field(**_arg(
         1, "The number of data-parallel replicas of the model.", aliases=["--data-parallel-size"]
-    )
-    ep_size: int = _arg(
+    ))
+    ep_size: int = field(**_arg(
         1, "The expert parallelism size.", aliases=["--expert-parallel-size", "--ep"]
-    )
-    dist_init_addr: Optional[str] = _arg(
+    ))
+    dist_init_addr: Optional[str] = field(**_arg(
         None,
         "The host address for initializing distributed backend (e.g., `192.168.0.2:25000`).",
         aliases=["--nccl-init-addr"],
-    )
-    nnodes: int = _arg(1, "The number of nodes.")
-    node_rank: int = _arg(0, "The node rank.")
+    ))
+    nnodes: int = field(**_arg(1, "The number of nodes."))
+    node_rank: int = field(**_arg(0, "The node rank."))
     # Observability
-    log_level: str = _arg("info", "The logging level of all loggers.")
-    log_level_http: Optional[str] = _arg(
+    log_level: str = field(**_arg("info", "The logging level of all loggers."))
+    log_level_http: Optional[str] = field(**_arg(
         None, "The logging level of HTTP server. If not set, reuse --log-level by default."
-    )
-    enable_metrics: bool = _arg(False, "Enable log prometheus metrics.")
+    ))
+    enable_metrics: bool = field(**_arg(False, "Enable log prometheus metrics."))
     # Registered by hand in add_cli_args (dynamic choices / deprecated actions), like the real one.
     reasoning_parser: Optional[str] = field(default=None, metadata={"manual": True})
     tool_call_parser: Optional[str] = field(default=None, metadata={"manual": True})
