@@ -110,7 +110,8 @@ class LogFollower:
 
     def _read_available(self, budget: int) -> bytes:
         """Bytes from our position to EOF of the open file (at most `budget`)."""
-        assert self._fh is not None
+        if self._fh is None:
+            return b""
         st = os.fstat(self._fh.fileno())
         if st.st_size < self._pos:
             self.truncated = True

@@ -59,7 +59,7 @@ def run_module(name: str, args: Dict[str, Any], check_mode: bool = False, diff: 
     try:
         proc = subprocess.run([controller_python(), "-m", "%s.%s" % (MODULE_PKG, name), args_path],
                               capture_output=True, text=True, timeout=timeout, env=run_env,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, check=False)
     finally:
         os.unlink(args_path)
     try:

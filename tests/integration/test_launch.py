@@ -9,13 +9,12 @@ import json
 import os
 import signal
 import socket
-import sys
 from typing import Any, Dict, List
 
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _procs
-from helpers.fixtures import ROOT, TEST_RUN_ID, free_port, run_module, wait_for
+from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
 
 API_KEY = "sk-test-4f9a1c2e7b"
 READY = "The server is fired up and ready to roll!"

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from typing import Dict, List, Optional

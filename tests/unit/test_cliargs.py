@@ -56,7 +56,7 @@ def test_normalize_args_reports_every_bad_key_and_duplicates():
 
 
 def test_argv_mapping_rules():
-    args, _ = _cliargs.normalize_args({
+    args, _problems = _cliargs.normalize_args({
         "trust-remote-code": True, "disable-cuda-graph": False, "chat-template": None,
         "reasoning-parser": "kimi_k2", "mem-fraction-static": 0.88, "lora-paths": ["a", "b"],
         "cuda-graph-bs": [1, 2, 4], "json-model-override-args": {"x": 1},
@@ -137,8 +137,8 @@ def _fp(api_key="k1", env=None, args=None):
 
 def test_fingerprint_changes_with_secret_but_never_stores_it():
     fp1, hashed, redacted = _fp()
-    fp2, _, redacted2 = _fp(api_key="k2")
-    fp3, _, _ = _fp(env={"HF_TOKEN": "hf_other", "A": "1"})
+    fp2, _hashed2, redacted2 = _fp(api_key="k2")
+    fp3, _hashed3, _redacted3 = _fp(env={"HF_TOKEN": "hf_other", "A": "1"})
     assert len({fp1, fp2, fp3}) == 3
     assert fp1 == _fp()[0]
     text = repr(redacted) + repr(hashed)
@@ -155,15 +155,15 @@ def test_fingerprint_ignores_arg_order_and_false_flags():
 
 
 def test_diff_inputs_per_key():
-    _, _, before = _fp()
-    _, _, after = _fp(args={"--reasoning-parser": "qwen3"})
+    _fp_before, _hashed_before, before = _fp()
+    _fp_after, _hashed_after, after = _fp(args={"--reasoning-parser": "qwen3"})
     changes = _cliargs.diff_inputs(before, after)
     assert changes == [{"key": "args.--reasoning-parser", "before": "kimi_k2", "after": "qwen3"}]
     assert _cliargs.inputs_text(after).startswith("{")
 
 
 def test_secret_args_masked():
-    _, hashed, redacted = _fp(args={"--admin-api-key": "adm1n"})
+    _fp_adm, hashed, redacted = _fp(args={"--admin-api-key": "adm1n"})
     assert redacted["args"]["--admin-api-key"] == MASK
     assert "adm1n" not in repr(hashed)
     assert _cliargs.argv_secrets("k", {"--admin-api-key": "adm1n"}, {"HF_TOKEN": "t0k"}) == ["k", "adm1n", "t0k"]

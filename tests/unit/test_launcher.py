@@ -5,7 +5,6 @@ import json
 import os
 import signal
 import sys
-import time
 
 import pytest
 

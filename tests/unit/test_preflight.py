@@ -103,7 +103,7 @@ def test_port_free_and_busy():
         assert "pid %d" % os.getpid() in report.errors[0] and "address already in use" in report.errors[0]
         # the same process recorded as the running instance: held by the instance itself
         record = {"name": "x", "port": port, "pid": os.getpid(), "launch_id": "none"}
-        state, _ = _preflight.check_port(_report(), "127.0.0.1", port, record, True)
+        state, _holders = _preflight.check_port(_report(), "127.0.0.1", port, record, True)
         assert state == "instance"
     finally:
         sock.close()

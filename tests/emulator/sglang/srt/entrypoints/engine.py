@@ -97,7 +97,7 @@ def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
         detok.start()
         subs.others.append(detok)
         if server_args.tokenizer_worker_num > 1:
-            for _ in range(server_args.tokenizer_worker_num):
+            for _worker in range(server_args.tokenizer_worker_num):
                 worker = _ctx().Process(target=run_tokenizer_worker, args=(server_args,))
                 worker.start()
                 subs.others.append(worker)

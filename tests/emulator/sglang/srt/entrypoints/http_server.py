@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from sglang.srt.emulator_control import (
     crash_after_seconds,
@@ -283,7 +283,7 @@ def _warmup(state: State) -> None:
     url = args.url()
     success = False
     error = ""
-    for _ in range(120):
+    for _attempt in range(120):
         time.sleep(min(1.0, phase_seconds()))
         try:
             success = _request(url + "/model_info", args.api_key) == 200
@@ -301,7 +301,7 @@ def _warmup(state: State) -> None:
         success, error = False, repr(exc)
     if not success:
         if state.bound:
-            logger.error(f"Initialization failed. warmup error: {error}")
+            logger.error("Initialization failed. warmup error: %s", error)
             kill_process_tree(os.getpid())
         return
     state.ready.set()
@@ -319,7 +319,7 @@ def _watchdog(state: State) -> None:
             return
         idx = dead[0]
         if idx < len(state.subs.schedulers):
-            logger.error(f"Rank {idx} scheduler is dead. Please check if there are relevant logs.")
+            logger.error("Rank %s scheduler is dead. Please check if there are relevant logs.", idx)
         else:
             logger.error("Detokenizer or tokenizer worker process is dead.")
         os.kill(os.getpid(), signal.SIGQUIT)
@@ -365,8 +365,9 @@ def _install_sigterm_handler(state: State, server: ThreadingHTTPServer) -> None:
         if state.shutting_down.is_set():
             return
         logger.warning(
-            f"SIGTERM received. signum={signum!r} frame={frame!r}. "
-            "Draining requests and shutting down..."
+            "SIGTERM received. signum=%r frame=%r. "
+            "Draining requests and shutting down...",
+            signum, frame,
         )
         state.shutting_down.set()
         _start(drain_and_stop)
@@ -413,11 +414,11 @@ def _serve_dummy_health(server_args: ServerArgs, state: State) -> None:
     try:
         server = _make_server(server_args, state)
     except OSError as exc:
-        logger.error(f"Dummy health check server failed to start: {exc}")
+        logger.error("Dummy health check server failed to start: %s", exc)
         server = None
     if server is not None:
         _start(server.serve_forever)
-        logger.info(f"Dummy health check server started in background thread at {shown}")
+        logger.info("Dummy health check server started in background thread at %s", shown)
     stop = threading.Event()
 
     def on_sigterm(signum: int, frame: Any) -> None:
@@ -473,7 +474,7 @@ def _serve(server_args: ServerArgs, state: State, server: ThreadingHTTPServer) -
 
 
 def launch_server(server_args: ServerArgs) -> None:
-    logger.info(f"server_args={server_args!r}")
+    logger.info("server_args=%r", server_args)
     _check_model_path(server_args)
     _install_sigquit_handler()
     if has_fault("ignore_sigterm"):

@@ -5,7 +5,7 @@ import os
 import signal
 import threading
 import traceback
-from typing import Any, List
+from typing import Any
 
 from sglang.srt.managers.scheduler import setup_child
 from sglang.srt.server_args import ServerArgs
@@ -27,7 +27,7 @@ def run_data_parallel_controller_process(
             readers += r
         pipe_writer.send(wait_for_schedulers(readers, procs))
     except Exception:
-        logger.error(f"DataParallelController hit an exception: {traceback.format_exc()}")
+        logger.error("DataParallelController hit an exception: %s", traceback.format_exc())
         os.kill(launcher_pid, signal.SIGQUIT)
         return
     threading.Event().wait()

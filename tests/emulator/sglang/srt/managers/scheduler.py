@@ -40,7 +40,7 @@ class RankInfo:
 
 def split_host_port(addr: str) -> Tuple[str, int]:
     """'host:port' or '[v6]:port' -> (host, port)."""
-    host, _, port = addr.rpartition(":")
+    host, _sep, port = addr.rpartition(":")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
@@ -58,7 +58,7 @@ def _rendezvous_listen(server_args: ServerArgs) -> None:
     _HELD.append(srv)
     peers = set()
     while len(peers) < server_args.nnodes - 1:
-        conn, _ = srv.accept()
+        conn, _peer = srv.accept()
         data = conn.recv(64).decode(errors="replace").strip()
         _HELD.append(conn)
         peers.add(data or str(len(peers) + 1))
@@ -123,7 +123,7 @@ def _load_model(server_args: ServerArgs, rank: RankInfo) -> Dict[str, Any]:
     _rendezvous(server_args, rank)
     logger.info("Init torch distributed ends. mem usage=0.00 GB")
     avail = 78.50
-    logger.info(f"Load weight begin. avail mem={avail:.2f} GB")
+    logger.info("Load weight begin. avail mem=%.2f GB", avail)
     if has_fault("scheduler_death") and rank.tp_rank == 0:
         os._exit(1)
     if has_fault("hang"):
@@ -133,28 +133,32 @@ def _load_model(server_args: ServerArgs, rank: RankInfo) -> Dict[str, Any]:
         avail = gpu_avail
     phase_sleep()
     logger.info(
-        f"Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem={avail:.2f} GB, "
-        "mem usage=14.99 GB."
+        "Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=%.2f GB, "
+        "mem usage=14.99 GB.",
+        avail,
     )
     phase_sleep()
     tokens = _init_memory_pool(server_args)
-    logger.info(f"KV Cache is allocated. #tokens: {tokens}, K size: 29.73 GB, V size: 29.73 GB")
-    logger.info(f"Memory pool end. avail mem={avail / 6:.2f} GB")
+    logger.info("KV Cache is allocated. #tokens: %s, K size: 29.73 GB, V size: 29.73 GB", tokens)
+    logger.info("Memory pool end. avail mem=%.2f GB", avail / 6)
     if not server_args.disable_cuda_graph:
         logger.info(
-            f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail / 6:.2f} GB"
+            "Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB", avail / 6
         )
         start = time.monotonic()
         phase_sleep()
         logger.info(
-            f"Capture cuda graph end. Time elapsed: {time.monotonic() - start:.2f} s. "
-            f"mem usage=0.42 GB. avail mem={avail / 6 - 0.42:.2f} GB."
+            "Capture cuda graph end. Time elapsed: %.2f s. "
+            "mem usage=0.42 GB. avail mem=%.2f GB.",
+            time.monotonic() - start, avail / 6 - 0.42,
         )
     context_len = server_args.context_length or 32768
     logger.info(
-        f"max_total_num_tokens={tokens}, chunked_prefill_size={server_args.chunked_prefill_size or 8192}, "
-        f"max_prefill_tokens=16384, max_running_requests={server_args.max_running_requests or 4096}, "
-        f"context_len={context_len}, available_gpu_mem={avail / 6 - 0.42:.2f} GB"
+        "max_total_num_tokens=%s, chunked_prefill_size=%s, "
+        "max_prefill_tokens=16384, max_running_requests=%s, "
+        "context_len=%s, available_gpu_mem=%.2f GB",
+        tokens, server_args.chunked_prefill_size or 8192, server_args.max_running_requests or 4096,
+        context_len, avail / 6 - 0.42,
     )
     return {
         "status": "ready",
@@ -195,7 +199,7 @@ def run_scheduler_process(server_args: ServerArgs, rank: RankInfo, pipe_writer: 
         pipe_writer.send(_load_model(server_args, rank))
         _event_loop()
     except Exception:
-        logger.error(f"Scheduler hit an exception: {traceback.format_exc()}")
+        logger.error("Scheduler hit an exception: %s", traceback.format_exc())
         try:
             os.kill(rank.launcher_pid, signal.SIGQUIT)
         except OSError:
