@@ -154,10 +154,18 @@ def kill_pids(pids: Iterable[int], start_times: Optional[Dict[int, float]] = Non
             pass
 
 
-def alive(pid: int) -> bool:
-    """Alive and not a zombie."""
-    info = _procs.read_proc(pid)
-    return info is not None and not info.is_zombie()
+def alive(pid: int, start_time: Optional[float] = None) -> bool:
+    """Alive and not a zombie (and, with start_time, the same process: no PID reuse)."""
+    return _procs.is_alive(pid, start_time)
+
+
+def start_times(pids: Iterable[int]) -> Dict[int, float]:
+    out = {}
+    for pid in pids:
+        info = _procs.read_proc(pid)
+        if info is not None:
+            out[pid] = info.start_time
+    return out
 
 
 def wait_gone(pids: Iterable[int], timeout: float) -> bool:
@@ -176,7 +184,7 @@ def cleanup_all() -> None:
         procs = list(_started)
         extra = set(_pids_to_kill)
     for proc in procs:
-        if proc.poll() is None or True:
+        if True:  # the group may outlive its leader
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
@@ -189,22 +197,43 @@ def cleanup_all() -> None:
             proc.wait(timeout=2)
         except Exception:  # noqa: BLE001
             pass
+    shutil.rmtree(SHM_ROOT, ignore_errors=True)
 
 
 atexit.register(cleanup_all)
 
 
 def listeners(port: int) -> List[int]:
-    """Pids holding a listening TCP socket on `port` (IPv4 or IPv6)."""
-    out = []
-    try:
-        conns = psutil.net_connections(kind="tcp")
-    except psutil.Error:
-        return out
-    for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            out.append(c.pid)
-    return sorted(set(out))
+    """Pids holding a listening TCP socket on `port` (IPv4 or IPv6), every holder of the socket."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                next(fh)
+                for line in fh:
+                    f = line.split()
+                    if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add("socket:[%s]" % f[9])
+        except (OSError, StopIteration, IndexError, ValueError):
+            pass
+    if not inodes:
+        return []
+    out = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        d = "/proc/%s/fd" % entry
+        try:
+            for fd in os.listdir(d):
+                try:
+                    if os.readlink(os.path.join(d, fd)) in inodes:
+                        out.add(int(entry))
+                        break
+                except OSError:
+                    pass
+        except OSError:
+            pass
+    return sorted(out)
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

@@ -138,14 +138,20 @@ def _file_candidates(opts: Options, ignore: Set[int]) -> Tuple[List[_shm.ShmEntr
     return [e for e in entries if not e.holders], [e for e in entries if e.holders]
 
 
+def _record_files(scope: Scope) -> List[str]:
+    """The instance's record and exit file, those that exist now."""
+    if not (scope.name and scope.state_dir):
+        return []
+    return [p for p in (_record.record_path(scope.state_dir, scope.name),
+                        _record.exit_path(scope.state_dir, scope.name)) if os.path.exists(p)]
+
+
 def make_plan(scope: Scope, opts: Options, world: Optional[World] = None) -> Plan:
     world = world or World.capture(scope, opts.gpu_backend)
     record = None
-    record_files: List[str] = []
+    record_files = _record_files(scope)
     if scope.name and scope.state_dir:
         record = _record.read_record(scope.state_dir, scope.name)
-        record_files = [p for p in (_record.record_path(scope.state_dir, scope.name),
-                                    _record.exit_path(scope.state_dir, scope.name)) if os.path.exists(p)]
     selection = select(scope, world, record)
     steps = signal_steps(selection.targets, world.procs, world.own_pids)
     files, kept = _file_candidates(opts, set(selection.targets))
@@ -410,7 +416,8 @@ def execute(plan: Plan, opts: Options) -> Dict[str, object]:
         if plan.tmpdir and os.path.isdir(plan.tmpdir):
             shutil.rmtree(plan.tmpdir, ignore_errors=True)
             tmpdir_removed = plan.tmpdir if not os.path.exists(plan.tmpdir) else None
-        for path in plan.record_files:
+        # Re-list now: the supervisor writes <name>.exit.json as the server dies, after planning.
+        for path in _record_files(plan.scope):
             try:
                 os.unlink(path)
                 record_removed.append(path)

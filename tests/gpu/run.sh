@@ -54,6 +54,10 @@ cleanup() {
     fi
   done
   rm -rf /dev/shm/llmops_gpuval_hs
+  if [ "$mode" = real ]; then
+    say "compute processes left (nvidia-smi):"
+    nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid --format=csv 2>&1 | head -20
+  fi
   say "done, exit $rc"
   exit "$rc"
 }
@@ -112,7 +116,13 @@ else
   cp -r tests/emulator "$work/emulator-src"
   rm -rf "$work/emulator-src/build" "$work/emulator-src"/*.egg-info
   spt=$(ls .whl/setproctitle-*.whl 2>/dev/null | head -1 || true)
-  venv_pip "$work/emu" --no-build-isolation "$work/emulator-src" ${spt:+"$spt"}
+  [ -n "$spt" ] && venv_pip "$work/emu" "$spt"
+  # pip builds the emulator offline only where setuptools (+ bdist_wheel) is importable;
+  # else the fallback copies the package and writes its dist-info itself.
+  if ! venv_pip "$work/emu" --no-build-isolation "$work/emulator-src" >"$work/emulator-pip.log" 2>&1; then
+    say "pip could not build the emulator offline ($(grep -m1 -iE 'error' "$work/emulator-pip.log" || true)); installing it by copy"
+    "$work/emu/bin/python" tests/gpu/install_emulator.py "$work/emulator-src"
+  fi
   export GPUVAL_EMU_VENV="$work/emu"
 fi
 "$GPUVAL_EMU_VENV/bin/python" -c 'import importlib.metadata as m, setproctitle; print("emulator sglang", m.version("sglang"))'
@@ -125,9 +135,14 @@ fi
 export GPU_DRYRUN="$mode"
 [ "$mode" = real ] && export GPU_DRYRUN=
 
-say "validate.py (budget ${GPUVAL_BUDGET_S:-480} s)"
+say "validate.py (budget ${GPUVAL_BUDGET_S:-420} s)"
+# In the background so that a TERM/INT reaches this script at once: validate.py gets TERM (it
+# tears the instance down and writes its results), then the EXIT trap kills what is left.
+timeout -k 10 "$(( ${GPUVAL_BUDGET_S:-420} + 60 ))" "$ctl_py" -u tests/gpu/validate.py &
+vpid=$!
+trap 'say "signal: stopping validate.py"; kill -TERM "$vpid" 2>/dev/null; for _ in $(seq 60); do kill -0 "$vpid" 2>/dev/null || break; sleep 0.5; done; exit 143' INT TERM
 set +e
-timeout -k 10 "$(( ${GPUVAL_BUDGET_S:-480} + 60 ))" "$ctl_py" -u tests/gpu/validate.py
+wait "$vpid"
 rc=$?
 set -e
 say "validate.py exit $rc; results: $OUT/gpu-results.md"

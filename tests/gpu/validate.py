@@ -14,7 +14,7 @@ Environment (run.sh sets the first four):
   GPU_DRYRUN           unset/0: real GPUs (NVML + nvidia-smi); fake: tests/gpu/fake stands in for
                        NVML and nvidia-smi (CPU rehearsal); none: gpu_backend none, GPU checks SKIP
   GPUVAL_TP (8) GPUVAL_GPU_MIB (4096) GPUVAL_FOREIGN_MIB (2048) GPUVAL_FOREIGN_GPU (1)
-  GPUVAL_PORT (18600) GPUVAL_BUDGET_S (480: steps still to run are skipped past it)
+  GPUVAL_PORT (18600) GPUVAL_BUDGET_S (420: steps still to run are skipped past it)
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ TP = int(os.environ.get("GPUVAL_TP", "8"))
 GPU_MIB = int(os.environ.get("GPUVAL_GPU_MIB", "4096"))
 FOREIGN_MIB = int(os.environ.get("GPUVAL_FOREIGN_MIB", "2048"))
 PORT = int(os.environ.get("GPUVAL_PORT", "18600"))
-BUDGET = float(os.environ.get("GPUVAL_BUDGET_S", "480"))
+BUDGET = float(os.environ.get("GPUVAL_BUDGET_S", "420"))
 FOREIGN_GPU = 1           # set from the GPU count in main()
 NAME = "gpuval"
 STATE = os.path.join(WORK, "state")
@@ -732,12 +732,12 @@ def main() -> int:
         wait_for(lambda: set(listed(POLL.last())) >= sched, 30)
         t6 = playbook("teardown-smi", "teardown.yml", {"sglang_gpu_backend": "nvidia-smi"})
         res6 = (find(t6["results"], "sglang_teardown") or {}).get("result", {})
-        check("S2", "teardown.yml with gpu_backend=nvidia-smi succeeds",
+        check("S5", "teardown.yml with gpu_backend=nvidia-smi succeeds",
               t6["rc"] == 0 and not any(alive(p) for p in sched),
               "rc %s, killed %d, timings %s" % (t6["rc"], len(res6.get("killed", [])), res6.get("timings")))
         after_gpu_checks("S", t6, res6, sched, "nvidia-smi")
         k = FIGURES.get("teardown_nvml", {})
-        check("S3", "teardown: both backends stopped the same kind of process set (the instance's %d schedulers "
+        check("S6", "teardown: both backends stopped the same kind of process set (the instance's %d schedulers "
               "+ the rest)" % TP, k.get("killed_sglang") == FIGURES.get("teardown_nvidia-smi", {}).get("killed_sglang"),
               "nvml %s, nvidia-smi %s" % (k.get("killed_sglang"), FIGURES.get("teardown_nvidia-smi", {}).get("killed_sglang")))
     return 0

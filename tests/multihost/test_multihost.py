@@ -185,6 +185,13 @@ def test_multinode_again_changes_nothing(mh):
         assert rec["launch_id"] == _state["mn"][host]["launch_id"]
 
 
+def test_multinode_check_mode_only_plans(mh):
+    run = _run(mh, "restart_multinode.yml", "--check", "-e", "llmops_mh_generation=3")
+    assert "replace every rank" in run.out, run.explain()
+    for host, rec in _mn_state(mh).items():
+        assert rec["launch_id"] == _state["mn"][host]["launch_id"] and mh.alive(host, rec)
+
+
 def test_multinode_refuses_a_partial_group(mh):
     run = _run(mh, "restart_multinode.yml", "--limit", mh.names[0], expect_rc=2)
     assert "must run on every host of group" in run.out, run.explain()

@@ -1,0 +1,132 @@
+"""Cost growth with the number of processes on the host: sglang_probe (no introspection) and
+sglang_teardown target discovery (check mode: nothing is signalled), with 0, 200, 2,000 and
+5,000 extra idle `sleep` processes (spawned in one session of this run, killed by process
+group). Also: cached introspection (sglang_probe introspect=true, second and later runs).
+
+Both modules run through helpers.fixtures.run_module (python start-up included in "wall").
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any, Dict, List
+
+import common as C
+
+
+def probe_args(state_dir: str, introspect: bool = False) -> Dict[str, Any]:
+    return {"venv": C.EMU_VENV, "introspect": introspect, "gpu_backend": "none", "state_dir": state_dir}
+
+
+def discovery_args(state_dir: str, port: int) -> Dict[str, Any]:
+    # check mode: targets are listed, never signalled; the default title sweep is on so that
+    # every process's command line is read as well.
+    return {"name": "bench-none", "state_dir": state_dir, "ports": [port], "gpus": [], "gpu_backend": "none",
+            "shm_dir": C.mkdir("probe", "shm")}
+
+
+def timed(fn) -> Dict[str, Any]:
+    t0 = time.time()
+    r = fn()
+    return {"wall": time.time() - t0, "failed": bool(r.get("failed")), "msg": r.get("msg", ""), "r": r}
+
+
+def run(quick: bool = False) -> Dict[str, Any]:
+    runs = 1 if quick else 3
+    sizes = [0, 200, 2000] if quick else [0, 200, 2000, 5000]
+    state_dir = C.mkdir("probe", "state")
+    port = C.free_port()
+    growth = []
+    for n in sizes:
+        group = None
+        t0 = time.time()
+        if n:
+            group = C.spawn_sleepers(n)
+        spawn_s = time.time() - t0
+        total = len(os.listdir("/proc"))
+        try:
+            for i in range(runs):
+                p = timed(lambda: C.run_module("sglang_probe", probe_args(state_dir)))
+                d = timed(lambda: C.run_module("sglang_teardown", discovery_args(state_dir, port), check_mode=True))
+                growth.append({"extra": n, "i": i, "probe": p["wall"], "probe_failed": p["failed"],
+                               "probe_msg": p["msg"][:200], "discovery": d["wall"],
+                               "discovery_failed": d["failed"], "discovery_msg": d["msg"][:200],
+                               "discovery_plan": (d["r"].get("timings") or {}).get("plan"),
+                               "discovery_targets": len(d["r"].get("targets") or []),
+                               "procs_on_host": total})
+                C.log("probe: +%d procs #%d probe %.2f s, discovery %.2f s (plan %s) %s" % (
+                    n, i, p["wall"], d["wall"], growth[-1]["discovery_plan"],
+                    (p["msg"] if p["failed"] else d["msg"] if d["failed"] else "")[:150]))
+        finally:
+            if group is not None:
+                try:
+                    os.killpg(group.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                group.wait()
+        growth[-1]["spawn_s"] = spawn_s
+    # cached introspection: first run may fill the cache, the next ones read it
+    intro = []
+    for i in range(runs + 1):
+        t = timed(lambda: C.run_module("sglang_probe", probe_args(state_dir, introspect=True)))
+        info = t["r"].get("introspection") or {}
+        intro.append({"i": i, "wall": t["wall"], "cached": info.get("cached"), "seconds": info.get("seconds"),
+                      "flags": len(t["r"].get("flags") or {}), "failed": t["failed"], "msg": t["msg"][:200]})
+        C.log("probe: introspect #%d wall %.2f s cached=%s seconds=%s flags=%d" % (
+            i, t["wall"], info.get("cached"), info.get("seconds"), intro[-1]["flags"]))
+    return {"runs": runs, "sizes": sizes, "growth": growth, "introspection": intro}
+
+
+def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str, Any]:
+    g, sizes = data["growth"], data["sizes"]
+    rows, pm, dm = [], [], []
+    for n in sizes:
+        sel = [r for r in g if r["extra"] == n]
+        p, d = C.median(r["probe"] for r in sel), C.median(r["discovery"] for r in sel)
+        plan = C.median(r.get("discovery_plan") for r in sel)
+        pm.append(p)
+        dm.append(d)
+        fails = [r["probe_msg"] or r["discovery_msg"] for r in sel if r["probe_failed"] or r["discovery_failed"]]
+        rows.append(["+%d" % n, sel[0]["procs_on_host"] if sel else "-", C.fmt_s(p), C.fmt_s(d), C.fmt_s(plan),
+                     ("failed: " + fails[0][:90]) if fails else "ok"])
+    cached = [r for r in data["introspection"] if r.get("cached")]
+    c_int = C.median(r["seconds"] for r in cached)
+    c_wall = C.median(r["wall"] for r in cached)
+    first = data["introspection"][0]
+    p2000 = next((p for n, p in zip(sizes, pm) if n == 2000), None)
+    plt = C.plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(sizes, pm, "o-", label="sglang_probe (no introspection)")
+    ax.plot(sizes, dm, "s-", label="sglang_teardown discovery (check mode)")
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    ax.text(sizes[-1], 1.02, "1 s target (probe at 2,000)", fontsize=7, color="grey", ha="right")
+    ax.set_xlabel("extra idle processes on the host")
+    ax.set_ylabel("wall time, median (s)")
+    ax.set_ylim(0, max([x for x in pm + dm if x] + [1.2]) * 1.15)
+    ax.set_title("Cost growth with the process count", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    figp = os.path.join(fig_dir, fig_prefix + "bench_probe.png")
+    fig.savefig(figp, dpi=110)
+    plt.close(fig)
+    targets = [
+        {"target": "Cached introspection under 0.3 s",
+         "met": c_int is not None and c_int < 0.3,
+         "value": "%s inside the module (median of %d cached runs; whole module run %s; first run %s, cached=%s)"
+                  % (C.fmt_s(c_int, 3), len(cached), C.fmt_s(c_wall), C.fmt_s(first["wall"]), first["cached"])},
+        {"target": "sglang_probe under 1 s with 2,000 extra processes",
+         "met": p2000 is not None and p2000 < 1.0,
+         "value": "%s wall (module run included)" % C.fmt_s(p2000)},
+    ]
+    md = ["Median of %d runs per size. `wall` is the whole module run (python start-up included); "
+          "`plan` is the teardown module's own target-selection time. The baseline (+0) is this "
+          "shared machine as it was (its process count is in the table)." % data["runs"], "",
+          "![cost growth](%sbench_probe.png)" % fig_prefix, "",
+          C.md_table(["extra processes", "processes on the host", "sglang_probe wall", "teardown discovery wall",
+                      "teardown plan (in module)", "result"], rows), "",
+          C.md_table(["introspection run", "wall", "cached", "seconds inside the module", "flags"],
+                     [[r["i"], C.fmt_s(r["wall"]), r["cached"], C.fmt_s(r["seconds"], 3), r["flags"]]
+                      for r in data["introspection"]])]
+    return {"title": "Cost growth (probe, discovery, introspection cache)", "markdown": "\n".join(md),
+            "targets": targets, "figures": [figp]}
