@@ -12,7 +12,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
 .PHONY: help venv emulator-venv demo test test-unit test-emulator test-integration test-molecule \
-        lint sanity build bench gpu clean
+        lint sanity build bench gpu clean test-multihost
 
 help:
 	@echo "make demo   - set up and run restart_extraction.yml against the emulator on localhost"
@@ -58,6 +58,10 @@ sanity: venv
 
 build: venv
 	./scripts/build.sh
+
+# SSH hosts in network + PID namespaces (root, ip netns, openssh-server via apt): docs/multihost.md
+test-multihost: venv emulator-venv
+	./scripts/multihost.sh
 
 bench: venv emulator-venv
 	$(BIN)/python benchmarks/run_all.py

@@ -23,6 +23,7 @@ export PYTHONDONTWRITEBYTECODE=1
 
 DIR=""
 PYTEST_PID=""
+# shellcheck disable=SC2329  # invoked by the EXIT/INT/TERM trap
 cleanup() {
     local rc=$?
     if [ -n "$PYTEST_PID" ] && kill -0 "$PYTEST_PID" 2>/dev/null; then

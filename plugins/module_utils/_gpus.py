@@ -9,7 +9,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 BACKENDS = ("auto", "nvml", "nvidia-smi", "none")
 ENV_BACKEND = "LLMOPS_SGLANG_GPU_BACKEND"
@@ -65,6 +65,21 @@ def _mib(value: int) -> int:
     return int(value // (1024 * 1024))
 
 
+def _nvml_memory(pynvml, handle) -> Tuple[int, int]:
+    """(used, total) bytes as nvidia-smi shows them. The v1 struct counts the driver's reserved
+    memory as used (615 MiB on an idle H200, driver 580, where nvidia-smi says 0 MiB); the v2
+    struct reports it apart. v1 only where v2 is missing (old nvidia-ml-py or driver)."""
+    v2 = getattr(pynvml, "nvmlMemory_v2", None)
+    if v2 is not None:
+        try:
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=v2)
+            return mem.used, mem.total
+        except Exception:  # TypeError (no version parameter) or an NVML "not supported" error
+            pass
+    mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    return mem.used, mem.total
+
+
 def _query_nvml() -> GpuReport:
     import pynvml  # nvidia-ml-py; ImportError handled by the caller
 
@@ -73,7 +88,7 @@ def _query_nvml() -> GpuReport:
         gpus: List[Gpu] = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            used, total = _nvml_memory(pynvml, handle)
             uuid = pynvml.nvmlDeviceGetUUID(handle)
             name = pynvml.nvmlDeviceGetName(handle)
             procs = [
@@ -82,7 +97,7 @@ def _query_nvml() -> GpuReport:
             ]
             gpus.append(Gpu(index, uuid if isinstance(uuid, str) else uuid.decode(),
                             name if isinstance(name, str) else name.decode(),
-                            _mib(mem.used), _mib(mem.total), procs))
+                            _mib(used), _mib(total), procs))
         return GpuReport("nvml", gpus)
     finally:
         pynvml.nvmlShutdown()

@@ -432,8 +432,20 @@ def held(entries, pid: int) -> Dict[int, Optional[int]]:
     return {g: m for g, p, m, _ in entries if p == pid}
 
 
+PROBE_MEM: Dict[str, Dict[int, int]] = {}
+GPUMEM: Dict[str, Any] = {}
+
+
+def compare_gpu_memory(cid: str, what: str, a: Optional[Dict[int, int]], b: Optional[Dict[int, int]]) -> None:
+    """Per-GPU memory_used_mib as the modules report it through each backend."""
+    ok = bool(a) and bool(b) and set(a) == set(b) and all(abs(a[g] - b[g]) <= SMI_TOL_MIB for g in a)
+    check(cid, "%s: per-GPU memory_used_mib from NVML and from nvidia-smi agree within %d MiB" % (what, SMI_TOL_MIB),
+          ok, "nvml %s, nvidia-smi %s" % (a, b))
+
+
 def check_probe(cid: str, res: Dict[str, Any], backend: str, foreign: Optional[int] = None) -> List[Tuple[int, int, Optional[int], str]]:
     gpus = res.get("gpus", {})
+    PROBE_MEM[backend] = {int(g["index"]): int(g.get("memory_used_mib") or 0) for g in gpus.get("gpus", [])}
     entries = sglang_entries(gpus)
     check(cid + ".backend", "probe(%s) answered with backend %s" % (backend, backend if backend != "auto" else "from env"),
           res.get("_status") == "ok" and gpus.get("backend") == (backend if backend != "auto" else "nvidia-smi"),
@@ -582,6 +594,8 @@ def main() -> int:
         p_nvml = check_probe("G1", probe("probe-nvml", "nvml"), "nvml")
         p_smi = check_probe("G2", probe("probe-smi", "nvidia-smi"), "nvidia-smi")
         compare_backends("G2.same", p_nvml, p_smi, "probe")
+        GPUMEM["probe"] = (PROBE_MEM.get("nvml"), PROBE_MEM.get("nvidia-smi"))
+        compare_gpu_memory("G2.gpumem", "probe", *GPUMEM["probe"])
         s = POLL.last()
         used_delta = {g: s["used"][g] - BASE["nvml"][g] for g in range(count)}
         sums = {g: sum(m or 0 for gg, _, m, _ in p_nvml if gg == g) for g in range(count)}
@@ -659,6 +673,7 @@ def main() -> int:
         pf_nvml = check_probe("F1", probe("probe-foreign-nvml", "nvml"), "nvml", foreign=fpid)
         pf_smi = check_probe("F2", probe("probe-foreign-smi", "nvidia-smi"), "nvidia-smi", foreign=fpid)
         compare_backends("F2.same", pf_nvml, pf_smi, "probe with a foreign process")
+        compare_gpu_memory("F2.gpumem", "probe with a foreign process", PROBE_MEM.get("nvml"), PROBE_MEM.get("nvidia-smi"))
 
         main_pid = record().get("pid")
         sched = set(schedulers())
@@ -737,6 +752,10 @@ def main() -> int:
               "rc %s, killed %d, timings %s" % (t6["rc"], len(res6.get("killed", [])), res6.get("timings")))
         after_gpu_checks("S", t6, res6, sched, "nvidia-smi")
         k = FIGURES.get("teardown_nvml", {})
+        def after(backend):
+            return {int(g["index"]): int(g.get("memory_used_mib") or 0)
+                    for g in FIGURES.get("teardown_%s" % backend, {}).get("gpus_after", [])}
+        compare_gpu_memory("S7", "teardown gpus_after (idle GPUs)", after("nvml"), after("nvidia-smi"))
         check("S6", "teardown: both backends stopped the same kind of process set (the instance's %d schedulers "
               "+ the rest)" % TP, k.get("killed_sglang") == FIGURES.get("teardown_nvidia-smi", {}).get("killed_sglang"),
               "nvml %s, nvidia-smi %s" % (k.get("killed_sglang"), FIGURES.get("teardown_nvidia-smi", {}).get("killed_sglang")))
@@ -793,7 +812,7 @@ def emergency_teardown() -> None:
 
 def write_results(rc: int) -> None:
     summary = {s: sum(1 for c in CHECKS if c["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
-    data = {"date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M:%SZ"), "mode": MODE, "tp": TP,
+    data = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ"), "mode": MODE, "tp": TP,
             "gpu_mib": GPU_MIB, "foreign_mib": FOREIGN_MIB, "port": PORT, "summary": summary,
             "elapsed_s": round(time.time() - T0, 1), "checks": CHECKS, "figures": FIGURES, "notes": NOTES, "rc": rc}
     with open(os.path.join(OUT, "gpu-results.json"), "w") as fh:

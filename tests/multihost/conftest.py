@@ -82,7 +82,7 @@ class Hosts:
             argv += ["-i", path]
         argv += [os.path.join(ROOT, "playbooks", playbook)] + list(extra)
         proc = subprocess.run(argv, cwd=ROOT, env=self.run_env(), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
         return Run(argv, proc)
 
     def adhoc_shell(self, pattern: str, command: str) -> Dict[str, dict]:
@@ -92,7 +92,7 @@ class Hosts:
         argv = [os.path.join(ANSIBLE_BIN, "ansible"), "-i", self.inventory, pattern,
                 "-m", "ansible.builtin.shell", "-a", command]
         proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, check=False)
         results = {}
         for m in re.finditer(r"^(\S+) \| (\w+) \| rc=(\d+) >>\n(.*?)(?=^\S+ \| \w+ \||\Z)",
                              proc.stdout, re.M | re.S):
@@ -190,7 +190,7 @@ def mh() -> Iterator[Hosts]:
     created = False
     if not directory:
         proc = subprocess.run([HARNESS, "up", "--hosts", os.environ.get("MH_HOSTS", "3")],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=300, check=False)
         if proc.returncode != 0:
             raise RuntimeError("harness up failed:\n%s" % proc.stderr)
         directory = proc.stdout.strip().splitlines()[-1]
@@ -199,4 +199,4 @@ def mh() -> Iterator[Hosts]:
         yield Hosts(directory)
     finally:
         if created:
-            subprocess.run([HARNESS, "down", directory], timeout=120)
+            subprocess.run([HARNESS, "down", directory], timeout=120, check=False)

@@ -84,6 +84,7 @@ cmd_up() {
     echo "$tag" >"$dir/tag"
     echo "$n" >"$dir/nhosts"
     # From here on a failure removes what was made so far.
+    # shellcheck disable=SC2154  # rc is assigned inside the trap string itself
     trap 'rc=$?; if [ $rc -ne 0 ]; then log "up failed, cleaning up"; cmd_down "'"$dir"'" || true; fi' EXIT
 
     br="${PREFIX}-${tag}"
@@ -152,6 +153,7 @@ EOF
         # its own /proc. Killing that PID 1 kills everything the host ever started.
         # The new mount namespace (private propagation) also gets its own /dev/shm, as a
         # real host has: a teardown's shm sweep on one host must not see another's files.
+        # shellcheck disable=SC2016  # $0/$@/the size expand in the inner sh, on purpose
         setsid ip netns exec "$ns" unshare --pid --fork --mount-proc --kill-child \
             /bin/sh -c 'mount -t tmpfs -o mode=1777,size=${LLMOPS_MH_SHM_SIZE:-256m} '"${ns}-shm"' /dev/shm && exec "$0" "$@"' \
             "$SSHD" -D -e -f "$cfg" </dev/null >>"$dir/$host/sshd.log" 2>&1 &

@@ -6,7 +6,9 @@ It lists as "compute processes" only the live processes whose environment carrie
 GPUVAL_FAKE_TOKEN=<the token of this run> (other users' emulators on a shared machine stay
 invisible): sglang::scheduler_TP<r> on GPU r % FAKE_GPU_COUNT holding SGLANG_EMULATOR_GPU_MIB,
 and any process with GPUVAL_FAKE_GPU=<index> holding GPUVAL_FAKE_MIB (the foreign process).
-Memory used = FAKE_BASE_MIB + the listed processes. A zombie holds nothing.
+Memory: like NVML on an H200 with driver 580, the v1 struct counts the driver's reserved
+memory (GPUVAL_FAKE_BASE_MIB, default 615) as used, the v2 struct (version=nvmlMemory_v2, what
+nvidia-smi shows) does not. A zombie holds nothing.
 """
 import os
 import re
@@ -14,10 +16,12 @@ from collections import namedtuple
 
 NVML_VALUE_NOT_AVAILABLE = None
 _COUNT = int(os.environ.get("GPUVAL_FAKE_GPU_COUNT", "2"))
-_BASE = int(os.environ.get("GPUVAL_FAKE_BASE_MIB", "512"))
+_BASE = int(os.environ.get("GPUVAL_FAKE_BASE_MIB", "615"))
 _TOTAL = 143771
 _MiB = 1024 * 1024
 _Mem = namedtuple("_Mem", "total free used")
+_MemV2 = namedtuple("_MemV2", "version total reserved free used")
+nvmlMemory_v2 = 0x02000028
 _Proc = namedtuple("_Proc", "pid usedGpuMemory gpuInstanceId computeInstanceId")
 
 
@@ -105,6 +109,9 @@ def nvmlDeviceGetComputeRunningProcesses(handle):
     return [_Proc(pid, mib * _MiB, 0, 0) for pid, mib in sorted(_holders().get(handle, []))]
 
 
-def nvmlDeviceGetMemoryInfo(handle):
-    used = (_BASE + sum(m for _, m in _holders().get(handle, []))) * _MiB
-    return _Mem(_TOTAL * _MiB, _TOTAL * _MiB - used, used)
+def nvmlDeviceGetMemoryInfo(handle, version=None):
+    procs = sum(m for _, m in _holders().get(handle, [])) * _MiB
+    free = _TOTAL * _MiB - _BASE * _MiB - procs
+    if version is None:
+        return _Mem(_TOTAL * _MiB, free, _TOTAL * _MiB - free)
+    return _MemV2(version, _TOTAL * _MiB, _BASE * _MiB, free, procs)

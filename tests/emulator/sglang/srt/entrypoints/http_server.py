@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -248,6 +249,14 @@ ROUTES = {
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True  # uvicorn sets SO_REUSEADDR too; a live listener still blocks
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind does a reverse DNS lookup (getfqdn); uvicorn does not, and
+        # without DNS it delays "Uvicorn running on" by seconds.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = port
 
 
 def _make_server(server_args: ServerArgs, state: State) -> ThreadingHTTPServer:
