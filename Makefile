@@ -67,7 +67,7 @@ bench: venv emulator-venv
 	$(BIN)/python benchmarks/run_all.py
 
 gpu:
-	@echo "GPU validation runs on a GPU host: tests/gpu/run.sh (see README)"
+	@echo "GPU validation runs on a GPU host: bash tests/gpu/run.sh (see docs/gpu-validation.md)"
 
 clean:
 	rm -rf $(VENV) $(EMU_VENV) build tests/output

@@ -349,6 +349,12 @@ def argv_secrets(api_key: Optional[str], args: Mapping[str, Any], env: Mapping[s
     return [s for s in out if s]
 
 
+def is_secret_arg(key: str) -> bool:
+    """True for an `args` key (any spelling: api_key, --api-key, hf-token) that holds a secret."""
+    flag = "--" + str(key).strip().lstrip("-").replace("_", "-")
+    return _secret_arg(flag)
+
+
 def secret_arg_flags(args: Iterable[str]) -> List[str]:
     """Flags beyond _redact.SECRET_FLAGS whose values redact_argv must mask too."""
     return [f for f in args if _secret_arg(f) and f not in SECRET_FLAGS]

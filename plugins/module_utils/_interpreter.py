@@ -153,14 +153,17 @@ def _run_probe(path: str, timeout: float) -> Dict[str, Any]:
     stderr = proc.stderr.decode("utf-8", "replace").strip()
     start, end = stdout.find(_BEGIN), stdout.find(_END)
     if proc.returncode != 0 or start < 0 or end < start:
-        if proc.returncode != 0:
+        detail = stderr or stdout.strip()
+        # A program that is no Python echoes our `-c` script back as a file name or argument.
+        echoed = "import sys, os, json" in detail
+        if proc.returncode != 0 and not echoed:
             msg = "python %s failed (exit %d)" % (path, proc.returncode)
         else:
             msg = "%s is not a Python interpreter (it ran but did not answer the probe)" % path
-        detail = stderr or stdout.strip()
+            detail = "" if echoed else detail
         if detail:
             msg += ": %s" % _tail(detail)
-        raise SglangError(msg, reason="not_python" if proc.returncode == 0 else "python_failed",
+        raise SglangError(msg, reason="not_python" if (proc.returncode == 0 or echoed) else "python_failed",
                           path=path, rc=proc.returncode, stderr=stderr, stdout=stdout.strip()[-2000:])
     data = json.loads(stdout[start + len(_BEGIN):end])
     data["_stderr"] = stderr
@@ -305,12 +308,26 @@ def discover(search_paths: Optional[List[str]] = None) -> List[Dict[str, Any]]:
     return found
 
 
+def running_interpreter_roots() -> List[str]:
+    """Install roots of the interpreters that run sglang servers right now: a venv in an
+    unusual place is still named when the operator's python lacks sglang."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _procs  # only needed here
+
+    roots = set()
+    for proc in _procs.snapshot().values():
+        argv0 = proc.cmdline[0] if proc.cmdline else ""
+        if os.path.isabs(argv0) and _procs.sglang_reason(proc) and "python" in os.path.basename(argv0):
+            roots.add(os.path.dirname(os.path.dirname(argv0)) + "/")
+    return sorted(roots)
+
+
 def where_is_sglang(interp: Interpreter, search_paths: Optional[List[str]] = None) -> List[Dict[str, Any]]:
     """Other installs of sglang, for "the given python lacks sglang but X has version Y"."""
     own = {os.path.abspath(interp.path)}
     own_loc = os.path.realpath(interp.sglang_location) if interp.sglang_location else None
     out = []
-    for item in discover(search_paths):
+    patterns = list(search_paths or DEFAULT_SEARCH_PATHS) + running_interpreter_roots()
+    for item in discover(patterns):
         if item["python"] and os.path.abspath(item["python"]) in own:
             continue
         if own_loc and item["location"] and os.path.realpath(item["location"]) == own_loc:

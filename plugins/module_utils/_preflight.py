@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _cliargs, _gpus, _interpreter, _introspect, _ports, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils import (
+    _cliargs, _gpus, _interpreter, _introspect, _ports, _procs, _redact)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 ENTRYPOINTS = ("auto", "launch_server", "serve")
@@ -87,7 +88,8 @@ def check_env(report: Report, env: Optional[Mapping[Any, Any]]) -> Dict[str, str
             bad.append("env key %s is an instance marker set by the launch itself and cannot be overridden" % key)
             continue
         if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
-            bad.append("env %s must be a string, got %s %r (quote it in YAML)" % (key, type(value).__name__, value))
+            shown = _redact.MASK if _redact.is_secret_env(str(key)) else repr(value)
+            bad.append("env %s must be a string, got %s %s (quote it in YAML)" % (key, type(value).__name__, shown))
             continue
         text = str(value)
         if "\0" in text:

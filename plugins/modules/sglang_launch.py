@@ -394,6 +394,10 @@ def _run(module: AnsibleModule) -> Dict[str, Any]:
                                                             record if running else None, running)
                 report.checks.extend(port_report.checks)
                 report.warnings.extend(port_report.warnings)
+                # When preflight fails anyway, a busy port is named with the other failures so
+                # one run lists them all (alone, it is the port_busy decision below).
+                if report.errors:
+                    report.errors.extend(e for e in port_report.errors if e not in report.errors)
                 if port_state == "busy":
                     result["port_holder"] = holders
             result["preflight"] = report.to_dict()
@@ -491,6 +495,26 @@ def _int(value: Any, default: int) -> int:
         return default
 
 
+def _secret_values(value: Any) -> List[str]:
+    if isinstance(value, (list, tuple)):
+        return [s for item in value for s in _secret_values(item)]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _secret_values(item)]
+    return [str(value)] if value not in (None, True, False, "") else []
+
+
+def _register_secrets(module: AnsibleModule) -> None:
+    """Secret env values (HF_TOKEN, *_PASSWORD...) and secret flags in `args` get Ansible's own
+    no_log masking, so they never show in `invocation`, messages or -vvv output."""
+    p = module.params
+    secrets = [v for k, v in (p.get("env") or {}).items() if _redact.is_secret_env(str(k))]
+    secrets += [v for k, v in (p.get("args") or {}).items() if _cliargs.is_secret_arg(str(k))]
+    for value in secrets:
+        for text in _secret_values(value):
+            if len(text) >= 3:
+                module.no_log_values.add(text)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
@@ -519,6 +543,7 @@ def main() -> None:
         required_one_of=[("venv", "python")],
         supports_check_mode=True,
     )
+    _register_secrets(module)
     try:
         if not os.path.isdir("/proc/self"):
             raise SglangError("sglang_launch needs Linux /proc", reason="unsupported")

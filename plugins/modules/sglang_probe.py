@@ -224,7 +224,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _diagnosis, _
 from ansible_collections.llmops.sglang.plugins.module_utils._discovery import find_servers, server_of_pid
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._gpus import BACKENDS, query_gpus
-from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import discover, resolve
+from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import (
+    DEFAULT_SEARCH_PATHS, discover, resolve, running_interpreter_roots)
 from ansible_collections.llmops.sglang.plugins.module_utils._introspect import flag_lookup, introspect
 from ansible_collections.llmops.sglang.plugins.module_utils._ports import listeners
 from ansible_collections.llmops.sglang.plugins.module_utils._record import default_state_dir, read_json
@@ -323,7 +324,8 @@ def run_probe(module):
         result["interpreter"] = interp.to_dict()
     except SglangError as exc:
         interp, failure = None, exc
-    result["interpreters"] = discover(p["search_paths"] or None)
+    # The search globs plus the installs that running servers use (a venv in an unusual place).
+    result["interpreters"] = discover(list(p["search_paths"] or DEFAULT_SEARCH_PATHS) + running_interpreter_roots())
     if interp is not None and not interp.sglang_installed:
         own = os.path.abspath(interp.path)
         elsewhere = [i for i in result["interpreters"] if not i["python"] or os.path.abspath(i["python"]) != own]

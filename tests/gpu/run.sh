@@ -30,6 +30,7 @@ started=$(date +%s)
 say() { printf '[run.sh %4ss] %s\n' "$(( $(date +%s) - started ))" "$*"; }
 
 state_dir="$work/state"
+# shellcheck disable=SC2329  # invoked by the EXIT trap
 cleanup() {
   local rc=$?
   set +e
@@ -115,8 +116,9 @@ else
   make_venv "$work/emu"
   cp -r tests/emulator "$work/emulator-src"
   rm -rf "$work/emulator-src/build" "$work/emulator-src"/*.egg-info
-  spt=$(ls .whl/setproctitle-*.whl 2>/dev/null | head -1 || true)
-  [ -n "$spt" ] && venv_pip "$work/emu" "$spt"
+  spt=""
+  for f in .whl/setproctitle-*.whl; do [ -f "$f" ] && spt="$f"; done
+  if [ -n "$spt" ]; then venv_pip "$work/emu" "$spt"; fi
   # pip builds the emulator offline only where setuptools (+ bdist_wheel) is importable;
   # else the fallback copies the package and writes its dist-info itself.
   if ! venv_pip "$work/emu" --no-build-isolation "$work/emulator-src" >"$work/emulator-pip.log" 2>&1; then

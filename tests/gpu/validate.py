@@ -217,7 +217,7 @@ class Poller:
             procs[i] = lst
         with self.lock:
             for lst in procs.values():
-                self.watch.update(p for p, _ in lst)
+                self.watch.update(pid for pid, _mib in lst)
             gone = sorted(p for p in self.watch if not alive(p))
             s = {"t": t, "used": used, "procs": procs, "gone": gone}
             self.samples.append(s)
@@ -403,8 +403,8 @@ def module(label: str, mod: str, args: Dict[str, Any], check_mode: bool = False,
 
 
 def probe(label: str, backend: str, env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-    _, res = module(label, "sglang_probe", {"venv": EMU, "ports": [PORT], "state_dir": STATE,
-                                            "gpu_backend": backend}, env=env)
+    args = {"venv": EMU, "ports": [PORT], "state_dir": STATE, "gpu_backend": backend}
+    _run, res = module(label, "sglang_probe", args, env=env)
     return res
 
 
@@ -429,7 +429,7 @@ def sglang_entries(gpus: Dict[str, Any]) -> List[Tuple[int, int, Optional[int], 
 
 
 def held(entries, pid: int) -> Dict[int, Optional[int]]:
-    return {g: m for g, p, m, _ in entries if p == pid}
+    return {g: m for g, p, m, _owner in entries if p == pid}
 
 
 PROBE_MEM: Dict[str, Dict[int, int]] = {}
@@ -451,7 +451,7 @@ def check_probe(cid: str, res: Dict[str, Any], backend: str, foreign: Optional[i
           res.get("_status") == "ok" and gpus.get("backend") == (backend if backend != "auto" else "nvidia-smi"),
           "status %s, backend %r, note %r" % (res.get("_status"), gpus.get("backend"), gpus.get("note")))
     sched = schedulers()
-    ours = {p for _, p, _, o in entries if o == "sglang"}
+    ours = {p for _g, p, _m, o in entries if o == "sglang"}
     check(cid + ".count", "probe(%s) lists %d sglang compute processes, the instance's schedulers" % (backend, TP),
           len(ours) == TP and ours == set(sched),
           "sglang pids %s; schedulers of the instance %s" % (sorted(ours), sorted(sched)))
@@ -464,23 +464,23 @@ def check_probe(cid: str, res: Dict[str, Any], backend: str, foreign: Optional[i
             bad.append("TP%d pid %d: %s (want >= %d MiB on GPU %d only)" % (rank, pid, h, GPU_MIB, want))
     check(cid + ".memory", "probe(%s): each TP rank r holds >= %d MiB on GPU r %% %d" % (backend, GPU_MIB, POLL.count),
           not bad and bool(sched), "; ".join(bad) or {sched[p]: held(entries, p) for p in sorted(sched)})
-    others = sorted({(p, o) for _, p, _, o in entries if p not in sched})
+    others = sorted({(p, o) for _g, p, _m, o in entries if p not in sched})
     if foreign is None:
         check(cid + ".no_foreign", "probe(%s): nothing else listed, nothing tagged foreign" % backend, not others, others)
     else:
         fm = held(entries, foreign)
-        tags = {o for _, p, _, o in entries if p == foreign}
+        tags = {o for _g, p, _m, o in entries if p == foreign}
         check(cid + ".foreign", "probe(%s): the foreign pid %d is tagged foreign with >= %d MiB on GPU %d"
               % (backend, foreign, FOREIGN_MIB, FOREIGN_GPU),
-              tags == {"foreign"} and (fm.get(FOREIGN_GPU) or 0) >= FOREIGN_MIB and {p for p, _ in others} == {foreign},
-              "tags %s, held %s, others %s, diagnosis %s" % (tags, fm, others,
-                                                            [d for d in res.get("diagnosis", []) if "foreign" in d]))
+              tags == {"foreign"} and (fm.get(FOREIGN_GPU) or 0) >= FOREIGN_MIB and {p for p, _o in others} == {foreign},
+              "tags %s, held %s, others %s, diagnosis %s"
+              % (tags, fm, others, [d for d in res.get("diagnosis", []) if "foreign" in d]))
     return entries
 
 
 def compare_backends(cid: str, a: List, b: List, what: str) -> None:
-    ka = {(g, p): m for g, p, m, _ in a}
-    kb = {(g, p): m for g, p, m, _ in b}
+    ka = {(g, p): m for g, p, m, _o in a}
+    kb = {(g, p): m for g, p, m, _o in b}
     diff = {k: (ka.get(k), kb.get(k)) for k in set(ka) | set(kb)
             if k not in ka or k not in kb or ka[k] is None or kb[k] is None or abs(ka[k] - kb[k]) > SMI_TOL_MIB}
     check(cid, "%s: NVML and nvidia-smi list the same (GPU, pid) pairs, MiB within %d" % (what, SMI_TOL_MIB),
@@ -491,7 +491,7 @@ def machine_info() -> Dict[str, Any]:
     info: Dict[str, Any] = {"mode": MODE, "hostname": socket.gethostname(), "python": sys.version.split()[0]}
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=False)
         info["gpus"] = [l.strip() for l in out.stdout.splitlines() if l.strip()]
     except (OSError, subprocess.SubprocessError) as exc:
         info["gpus"] = ["nvidia-smi: %s" % exc]
@@ -535,13 +535,14 @@ def main() -> int:
         FIGURES["baseline_mib"] = BASE
         FOREIGN_GPU = int(os.environ.get("GPUVAL_FOREIGN_GPU", str(min(1, count - 1))))
         if MODE == "real":
-            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", **{k: os.environ[k] for k in ("LD_LIBRARY_PATH",)
-                                                               if os.environ.get(k)}}
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
+            if os.environ.get("LD_LIBRARY_PATH"):
+                env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
             if count < TP:
                 env["CUDA_VISIBLE_DEVICES"] = CVD
             out = subprocess.run([os.path.join(EMU, "bin", "python"), "-c",
                                   "import torch; print(torch.__version__, torch.cuda.is_available(), torch.cuda.device_count())"],
-                                 env=env, capture_output=True, text=True, timeout=120)
+                                 env=env, capture_output=True, text=True, timeout=120, check=False)
             check("P3", "the emulator venv sees torch with CUDA and all %d GPUs in the launcher's clean environment"
                   % count, out.returncode == 0 and out.stdout.split()[1:] == ["True", str(count)],
                   (out.stdout + out.stderr).strip()[-300:])
@@ -598,7 +599,7 @@ def main() -> int:
         compare_gpu_memory("G2.gpumem", "probe", *GPUMEM["probe"])
         s = POLL.last()
         used_delta = {g: s["used"][g] - BASE["nvml"][g] for g in range(count)}
-        sums = {g: sum(m or 0 for gg, _, m, _ in p_nvml if gg == g) for g in range(count)}
+        sums = {g: sum(m or 0 for gg, _p, m, _o in p_nvml if gg == g) for g in range(count)}
         check("G1.sum", "per GPU, memory used - idle baseline = sum of the listed processes (within 1 GiB)",
               all(abs(used_delta[g] - sums[g]) <= 1024 for g in range(count)), {"used-baseline": used_delta, "sum": sums})
         FIGURES["held_mib_per_gpu"] = used_delta
@@ -696,13 +697,13 @@ def main() -> int:
         FIGURES["refusal_message"] = msg
 
         # the same refusal and the same plan through nvidia-smi
-        _, r_smi = module("teardown-refuse-smi", "sglang_teardown", teardown_args("nvidia-smi", "fail"))
+        _run, r_smi = module("teardown-refuse-smi", "sglang_teardown", teardown_args("nvidia-smi", "fail"))
         m2 = re.search(r"pid %d \(.*?GPU %d: ([0-9.]+) GiB" % (fpid, FOREIGN_GPU), str(r_smi.get("msg", "")))
         check("F4", "with nvidia-smi the teardown refuses the same way, naming the same pid and GiB",
               r_smi.get("reason") == "foreign_gpu_processes" and bool(m) and bool(m2)
               and abs(float(m.group(1)) - float(m2.group(1))) <= 0.1, r_smi.get("msg"))
-        _, c_nvml = module("plan-nvml", "sglang_teardown", teardown_args("nvml", "ignore"), check_mode=True)
-        _, c_smi = module("plan-smi", "sglang_teardown", teardown_args("nvidia-smi", "ignore"), check_mode=True)
+        _run, c_nvml = module("plan-nvml", "sglang_teardown", teardown_args("nvml", "ignore"), check_mode=True)
+        _run, c_smi = module("plan-smi", "sglang_teardown", teardown_args("nvidia-smi", "ignore"), check_mode=True)
 
         def plan_view(r):
             tg = {t["pid"]: [x for x in t.get("reasons", []) if "GPU" in x] for t in r.get("targets", [])}
@@ -752,6 +753,7 @@ def main() -> int:
               "rc %s, killed %d, timings %s" % (t6["rc"], len(res6.get("killed", [])), res6.get("timings")))
         after_gpu_checks("S", t6, res6, sched, "nvidia-smi")
         k = FIGURES.get("teardown_nvml", {})
+
         def after(backend):
             return {int(g["index"]): int(g.get("memory_used_mib") or 0)
                     for g in FIGURES.get("teardown_%s" % backend, {}).get("gpus_after", [])}

@@ -230,3 +230,16 @@ def test_server_dying_at_once_fails_with_redacted_tail(emulator_python, model_di
     assert failed["reason"] == "died" and "exited right after the launch" in failed["msg"]
     assert failed["log_tail"]
     _secret_free(failed)
+
+
+def test_secret_env_and_args_are_masked_in_invocation_and_messages(emulator_python, model_dir, state_dir, log_dir):
+    """HF_TOKEN in env, a token flag in args and a wrongly typed secret never show in clear."""
+    args = _args(_emu_venv(emulator_python), model_dir, state_dir, log_dir, free_port(),
+                 env=dict(EMU_ENV, HF_TOKEN="hf_LeakMe123", DB_PASSWORD=["LeakMe456"]),
+                 args={"hf-token": "LeakMe789"})
+    res = run_module("sglang_launch", args, check_mode=True)
+    assert res.get("failed"), res  # the list-typed env value fails preflight
+    blob = str(res)
+    for secret in ("hf_LeakMe123", "LeakMe456", "LeakMe789"):
+        assert secret not in blob, secret
+    assert "DB_PASSWORD" in res["msg"]

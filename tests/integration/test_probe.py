@@ -181,3 +181,14 @@ def test_escaped_worker_is_orphaned_then_leftover(emulator_python, spawn, tmp_pa
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def test_lacking_python_names_the_venv_a_running_server_uses(emulator_python, spawn, tmp_path):
+    """The emulator venv is outside every search path: the running server's interpreter names it."""
+    port = free_port()
+    spawn.start([emulator_python, "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)],
+                env={"SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}, log_path=str(tmp_path / "server.log"))
+    assert wait_for(lambda: _http.request("127.0.0.1", port, "/health", timeout=1).status == 200, 30)
+    res = _probe({"python": _system_python(), "search_paths": [str(tmp_path / "nowhere")]}, tmp_path)
+    venv_python = os.path.join(os.path.dirname(os.path.dirname(emulator_python)), "bin", "python")
+    assert any(venv_python in d and "0.5.23+emulator" in d for d in res["diagnosis"]), res["diagnosis"]

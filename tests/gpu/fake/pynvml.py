@@ -110,7 +110,7 @@ def nvmlDeviceGetComputeRunningProcesses(handle):
 
 
 def nvmlDeviceGetMemoryInfo(handle, version=None):
-    procs = sum(m for _, m in _holders().get(handle, [])) * _MiB
+    procs = sum(mib for _pid, mib in _holders().get(handle, [])) * _MiB
     free = _TOTAL * _MiB - _BASE * _MiB - procs
     if version is None:
         return _Mem(_TOTAL * _MiB, free, _TOTAL * _MiB - free)
