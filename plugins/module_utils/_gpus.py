@@ -11,6 +11,8 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+
 BACKENDS = ("auto", "nvml", "nvidia-smi", "none")
 ENV_BACKEND = "LLMOPS_SGLANG_GPU_BACKEND"
 
@@ -159,21 +161,9 @@ def device_file_holders(pids: Optional[List[int]] = None) -> Dict[int, List[str]
     """The fuser view: pid -> /dev/nvidia* files it holds open. Every CUDA process holds ALL
     device files, so this says "uses CUDA", never "uses GPU N"."""
     holders: Dict[int, List[str]] = {}
-    candidates = pids if pids is not None else [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    candidates = pids if pids is not None else _procs.all_pids()
     for pid in candidates:
-        fd_dir = "/proc/%d/fd" % pid
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        files = set()
-        for fd in fds:
-            try:
-                target = os.readlink(os.path.join(fd_dir, fd))
-            except OSError:
-                continue
-            if target.startswith("/dev/nvidia"):
-                files.add(target)
+        files = {target for _fd, target in _procs.fd_targets(pid) if target.startswith("/dev/nvidia")}
         if files:
             holders[pid] = sorted(files)
     return holders

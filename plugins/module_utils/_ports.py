@@ -7,6 +7,8 @@ import socket
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Set
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+
 _LISTEN = "0A"
 
 
@@ -68,18 +70,9 @@ def _socket_owners(inodes: Set[int], pids: Optional[Iterable[int]] = None) -> Di
     if not inodes:
         return owners
     wanted = {"socket:[%d]" % i: i for i in inodes}
-    candidates = pids if pids is not None else (int(p) for p in os.listdir("/proc") if p.isdigit())
+    candidates = pids if pids is not None else _procs.all_pids()
     for pid in candidates:
-        fd_dir = "/proc/%d/fd" % pid
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(os.path.join(fd_dir, fd))
-            except OSError:
-                continue
+        for _fd, target in _procs.fd_targets(pid):
             inode = wanted.get(target)
             if inode is not None and pid not in owners.setdefault(inode, []):
                 owners[inode].append(pid)

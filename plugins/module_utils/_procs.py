@@ -9,7 +9,7 @@ import os
 import pwd
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Iterator, List, Optional, Set
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 PROC = "/proc"
 MARKER_INSTANCE = "LLMOPS_SGLANG_INSTANCE"
@@ -128,6 +128,25 @@ def snapshot() -> Dict[int, Proc]:
         if proc is not None:
             out[pid] = proc
     return out
+
+
+def fd_targets(pid: int) -> Iterator[Tuple[str, str]]:
+    """(fd number, link target) of every open fd of a process: paths, `socket:[inode]`, ...
+    Nothing when the process is gone or its fd table is not readable (another user's)."""
+    fd_dir = os.path.join(PROC, str(pid), "fd")
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            yield fd, os.readlink(os.path.join(fd_dir, fd))
+        except OSError:
+            continue
+
+
+def all_pids() -> List[int]:
+    return [int(p) for p in os.listdir(PROC) if p.isdigit()]
 
 
 def is_alive(pid: int, start_time: Optional[float] = None) -> bool:

@@ -11,6 +11,8 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+
 SHM_DIR = "/dev/shm"
 # reference/sglang.md, "Files left behind"
 PATTERNS = (
@@ -56,17 +58,9 @@ def open_or_mapped(prefixes: Iterable[str]) -> Dict[str, Set[int]]:
         if not entry.isdigit():
             continue
         pid = int(entry)
-        fd_dir = "/proc/%d/fd" % pid
-        try:
-            for fd in os.listdir(fd_dir):
-                try:
-                    target = os.readlink(os.path.join(fd_dir, fd))
-                except OSError:
-                    continue
-                if target.startswith(roots):
-                    held.setdefault(target.replace(" (deleted)", ""), set()).add(pid)
-        except OSError:
-            pass
+        for _fd, target in _procs.fd_targets(pid):
+            if target.startswith(roots):
+                held.setdefault(target.replace(" (deleted)", ""), set()).add(pid)
         try:
             with open("/proc/%d/maps" % pid, "rb") as fh:
                 for raw in fh:
