@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import errno
-import os
 import socket
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Set
