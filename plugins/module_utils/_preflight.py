@@ -258,15 +258,30 @@ def check_model_path(report: Report, model_path: str) -> str:
     return path
 
 
-def _visible_count(gpus: int, env: Mapping[str, str]) -> int:
+def _visible(gpus: List[_gpus.Gpu], env: Mapping[str, str]) -> Tuple[int, List[str]]:
+    """(GPUs CUDA will show the server, entries of CUDA_VISIBLE_DEVICES naming no GPU here).
+    CUDA stops at the first entry that names no device, so only the entries before it count."""
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is None:
-        return gpus
-    return len([d for d in cvd.split(",") if d.strip() and d.strip() != "-1"])
+        return len(gpus), []
+    known = {str(g.index) for g in gpus} | {g.uuid for g in gpus}
+    visible, unknown = 0, []
+    for entry in (e.strip() for e in cvd.split(",")):
+        if not entry:
+            continue
+        if entry in known or any(g.uuid.startswith(entry) for g in gpus if entry.startswith("GPU-")):
+            if not unknown:
+                visible += 1
+        else:
+            unknown.append(entry)
+    return visible, unknown
 
 
 def check_gpus(report: Report, tp_size: int, backend: str, env: Mapping[str, str],
-               args: Mapping[str, Any]) -> None:
+               args: Mapping[str, Any], enabled: bool = True) -> None:
+    if not enabled:
+        report.note("gpus", "GPU check disabled (gpu_check: false)")
+        return
     gpu_report = _gpus.query_gpus(backend)
     if gpu_report.backend == "none":
         report.note("gpus", "GPUs not checked: %s" % (gpu_report.note or "no GPU backend"))
@@ -274,11 +289,15 @@ def check_gpus(report: Report, tp_size: int, backend: str, env: Mapping[str, str
     nnodes = _int_or(args.get("--nnodes"), 1)
     base = _int_or(args.get("--base-gpu-id"), 0)
     need = max(1, -(-tp_size // max(nnodes, 1))) + base
-    visible = _visible_count(len(gpu_report.gpus), env)
+    visible, unknown = _visible(gpu_report.gpus, env)
+    if unknown:
+        report.fail("gpus", "CUDA_VISIBLE_DEVICES names %s, which %s no GPU on this host (GPUs: %s)"
+                    % (", ".join(unknown), "is" if len(unknown) == 1 else "are",
+                       ", ".join(str(g.index) for g in gpu_report.gpus) or "none"))
     if visible < need:
         report.fail("gpus", "tp_size %d needs %d GPU(s) on this node (nnodes %d, base-gpu-id %d) but %d %s visible (%s)"
                     % (tp_size, need, nnodes, base, visible, "is" if visible == 1 else "are", gpu_report.backend))
-    else:
+    elif not unknown:
         report.ok("gpus", "%d GPU(s) visible via %s, %d needed" % (visible, gpu_report.backend, need))
 
 

@@ -131,6 +131,13 @@ options:
     type: str
     choices: [auto, nvml, nvidia-smi, none]
     default: auto
+  gpu_check:
+    description:
+      - Check that O(tp_size) GPUs are visible (after C(CUDA_VISIBLE_DEVICES) in O(env), whose
+        entries must name GPUs of this host). V(false) only for emulators that oversubscribe
+        GPUs on purpose (e.g. the GPU validation's tp 8 over 2 GPUs).
+    type: bool
+    default: true
   allow_log_level_warning:
     description:
       - Allow C(--log-level warning) (or error, critical), which hides the ready line that
@@ -342,7 +349,7 @@ def _preflight_all(p: Dict[str, Any], state_dir: str, log_dir: str, check_mode: 
         report.skip("sglang", "sglang not checked: no usable interpreter")
     model_path = _preflight.check_model_path(report, p["model_path"])
     if tp_size is not None:
-        _preflight.check_gpus(report, tp_size, p["gpu_backend"], env, args)
+        _preflight.check_gpus(report, tp_size, p["gpu_backend"], env, args, p["gpu_check"])
     return {"report": report, "port": port, "tp_size": tp_size, "env": env, "args": args,
             "interp": interp, "entry": entry, "entry_argv": entry_argv, "flags": flags,
             "model_path": model_path}
@@ -537,6 +544,7 @@ def main() -> None:
             lock_timeout=dict(type="float", default=30),
             introspect_timeout=dict(type="float", default=180),
             gpu_backend=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia-smi", "none"]),
+            gpu_check=dict(type="bool", default=True),
             allow_log_level_warning=dict(type="bool", default=False),
         ),
         mutually_exclusive=[("venv", "python")],

@@ -562,12 +562,11 @@ def main() -> int:
         sglang_env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
     if GPU and count < TP:
         # tp 8 on fewer GPUs: sglang_launch's preflight (rightly) refuses tp_size 8 with 2 GPUs
-        # visible. It counts the entries of CUDA_VISIBLE_DEVICES, so "0,1,...,7" passes it, while
-        # CUDA (and torch) stop at the first index that does not exist: the schedulers see the
-        # real GPUs and the emulator puts rank r on GPU r % count.
-        sglang_env["CUDA_VISIBLE_DEVICES"] = CVD
-        NOTES.append("tp %d over %d GPUs: CUDA_VISIBLE_DEVICES=%s in sglang_env passes the launch preflight's GPU "
-                     "count; CUDA/torch see the %d real GPUs" % (TP, count, CVD, count))
+        # visible, so the oversubscription is declared (sglang_gpu_check: false). The emulator
+        # puts rank r on GPU r % count.
+        VARS["sglang_gpu_check"] = False
+        NOTES.append("tp %d over %d GPUs: sglang_gpu_check=false (the launch preflight would refuse tp %d on %d GPUs)"
+                     % (TP, count, TP, count))
     VARS.update({
         "sglang_name": NAME, "sglang_port": PORT, "sglang_state_dir": STATE, "sglang_log_dir": LOGS,
         "sglang_venv": EMU, "sglang_tp_size": TP, "sglang_extraction_dump_dir": DUMP,

@@ -132,6 +132,13 @@ def test_discover_dedupes_and_handles_missing_paths(tmp_path):
     assert I.discover([str(tmp_path / "nothing")]) == []
 
 
+def test_where_is_sglang_adds_the_installs_running_servers_use(tmp_path, monkeypatch):
+    root = _fake_install(tmp_path / "odd place" / "env", "0.5.23")
+    monkeypatch.setattr(I, "running_interpreter_roots", lambda: [str(root) + "/"])
+    others = I.where_is_sglang(I.Interpreter(path="/usr/bin/python3"), [str(tmp_path / "nowhere")])
+    assert [o["python"] for o in others] == [os.path.join(str(root), "bin", "python")]
+
+
 def test_discover_version_from_dirname_when_metadata_missing(tmp_path):
     root = tmp_path / "x"
     _fake_install(root, "0.5.7")
@@ -139,7 +146,8 @@ def test_discover_version_from_dirname_when_metadata_missing(tmp_path):
     assert I.discover([str(root)])[0]["sglang_version"] == "0.5.7"
 
 
-def test_where_is_sglang_excludes_the_interpreter_itself(tmp_path):
+def test_where_is_sglang_excludes_the_interpreter_itself(tmp_path, monkeypatch):
+    monkeypatch.setattr(I, "running_interpreter_roots", lambda: [])  # other servers on this host
     root = _fake_install(tmp_path / "ml-env", "0.5.23")
     mine = I.Interpreter(path="/usr/bin/python3")
     others = I.where_is_sglang(mine, [root])

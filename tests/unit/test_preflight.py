@@ -143,6 +143,23 @@ def test_gpus_too_few(monkeypatch):
     assert not report.errors
 
 
+def test_gpus_cuda_visible_devices_must_name_real_gpus(monkeypatch):
+    """CUDA stops at the first entry naming no device: "0,1,...,7" on a 2-GPU host is 2 GPUs."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _gpus
+    fake = _gpus.GpuReport("nvml", [_gpus.Gpu(i, "GPU-u%d" % i, "H200", 0, 1000) for i in range(2)])
+    monkeypatch.setattr(_gpus, "query_gpus", lambda backend: fake)
+    report = _report()
+    _preflight.check_gpus(report, 8, "auto", {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, {})
+    assert any("names 2, 3, 4, 5, 6, 7, which are no GPU on this host (GPUs: 0, 1)" in e for e in report.errors)
+    assert any("2 are visible" in e for e in report.errors)
+    report = _report()
+    _preflight.check_gpus(report, 2, "auto", {"CUDA_VISIBLE_DEVICES": "GPU-u1,0"}, {})
+    assert not report.errors
+    report = _report()
+    _preflight.check_gpus(report, 8, "auto", {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, {}, enabled=False)
+    assert not report.errors and report.checks[0]["status"] == "note"
+
+
 def test_interpreter_refuses_bare_name():
     report = _report()
     assert _preflight.check_interpreter(report, None, "python3", 10) is None
