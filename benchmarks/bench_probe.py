@@ -65,16 +65,24 @@ def run(quick: bool = False) -> Dict[str, Any]:
                 except OSError:
                     pass
                 group.wait()
+                # the sleeps are reaped by init: wait until the group is gone before measuring on
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and any(
+                        p.pgid == group.pid for p in C._procs.snapshot().values()):
+                    time.sleep(0.1)
         growth[-1]["spawn_s"] = spawn_s
-    # cached introspection: first run may fill the cache, the next ones read it
+    # cached introspection: the first run fills the cache; then pairs of probe runs without and
+    # with introspect=true (cache warm) give the marginal wall cost of a cached introspection.
     intro = []
-    for i in range(runs + 1):
+    for i in range(1 + max(runs, 5) if not quick else 2):
+        base = timed(lambda: C.run_module("sglang_probe", probe_args(state_dir))) if i else None
         t = timed(lambda: C.run_module("sglang_probe", probe_args(state_dir, introspect=True)))
         info = t["r"].get("introspection") or {}
-        intro.append({"i": i, "wall": t["wall"], "cached": info.get("cached"), "seconds": info.get("seconds"),
+        intro.append({"i": i, "wall": t["wall"], "base_wall": base["wall"] if base else None,
+                      "cached": info.get("cached"), "seconds": info.get("seconds"),
                       "flags": len(t["r"].get("flags") or {}), "failed": t["failed"], "msg": t["msg"][:200]})
-        C.log("probe: introspect #%d wall %.2f s cached=%s seconds=%s flags=%d" % (
-            i, t["wall"], info.get("cached"), info.get("seconds"), intro[-1]["flags"]))
+        C.log("probe: introspect #%d wall %.2f s (without: %s) cached=%s seconds=%s flags=%d" % (
+            i, t["wall"], C.fmt_s(intro[-1]["base_wall"]), info.get("cached"), info.get("seconds"), intro[-1]["flags"]))
     return {"runs": runs, "sizes": sizes, "growth": growth, "introspection": intro}
 
 
@@ -93,6 +101,7 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
     cached = [r for r in data["introspection"] if r.get("cached")]
     c_int = C.median(r["seconds"] for r in cached)
     c_wall = C.median(r["wall"] for r in cached)
+    c_marg = C.median((r["wall"] - r["base_wall"]) for r in cached if r.get("base_wall") is not None)
     first = data["introspection"][0]
     p2000 = next((p for n, p in zip(sizes, pm) if n == 2000), None)
     plt = C.plt()
@@ -112,9 +121,10 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
     plt.close(fig)
     targets = [
         {"target": "Cached introspection under 0.3 s",
-         "met": c_int is not None and c_int < 0.3,
-         "value": "%s inside the module (median of %d cached runs; whole module run %s; first run %s, cached=%s)"
-                  % (C.fmt_s(c_int, 3), len(cached), C.fmt_s(c_wall), C.fmt_s(first["wall"]), first["cached"])},
+         "met": c_marg is not None and c_marg < 0.3 and c_int is not None and c_int < 0.3,
+         "value": "%s added to a probe run by introspect=true with a warm cache (median of %d pairs; "
+                  "%s measured inside the module; whole probe run %s; cold first run %s)"
+                  % (C.fmt_s(c_marg, 3), len(cached), C.fmt_s(c_int, 3), C.fmt_s(c_wall), C.fmt_s(first["wall"]))},
         {"target": "sglang_probe under 1 s with 2,000 extra processes",
          "met": p2000 is not None and p2000 < 1.0,
          "value": "%s wall (module run included)" % C.fmt_s(p2000)},
@@ -125,8 +135,13 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
           "![cost growth](%sbench_probe.png)" % fig_prefix, "",
           C.md_table(["extra processes", "processes on the host", "sglang_probe wall", "teardown discovery wall",
                       "teardown plan (in module)", "result"], rows), "",
-          C.md_table(["introspection run", "wall", "cached", "seconds inside the module", "flags"],
-                     [[r["i"], C.fmt_s(r["wall"]), r["cached"], C.fmt_s(r["seconds"], 3), r["flags"]]
+          "Introspection (`introspect: true`): run 0 fills the cache (imports the emulator's "
+          "`sglang`); each later run is paired with a probe run without introspection just before it.", "",
+          C.md_table(["introspection run", "wall with introspect", "wall without", "added by introspection",
+                      "cached", "seconds inside the module", "flags"],
+                     [[r["i"], C.fmt_s(r["wall"]), C.fmt_s(r.get("base_wall")),
+                       C.fmt_s(r["wall"] - r["base_wall"], 3) if r.get("base_wall") is not None else "-",
+                       r["cached"], C.fmt_s(r["seconds"], 3), r["flags"]]
                       for r in data["introspection"]])]
     return {"title": "Cost growth (probe, discovery, introspection cache)", "markdown": "\n".join(md),
             "targets": targets, "figures": [figp]}

@@ -119,7 +119,7 @@ class Trial:
 
     def launch(self) -> bool:
         env = {"SGLANG_EMULATOR_PHASE_SECONDS": "0.1", "SGLANG_EMULATOR_FAULT": FAULT[self.variant],
-               C.fixtures.TEST_MARKER: C.RUN_ID, "SGLANG_BENCH_TOKEN": C.TOKEN}
+               C.fixtures.TEST_MARKER: C.RUN_ID, "SGLANG_BENCH_RUN": C.TOKEN}
         r = C.run_module("sglang_launch", {
             "name": self.name, "venv": C.EMU_VENV, "model_path": "bench/%s" % C.TOKEN,
             "port": self.port, "tp_size": TP, "state_dir": self.state_dir,
@@ -288,12 +288,12 @@ def plot(rows, out_path):
         ags = [_agg(rows, v, a) for v in VARIANTS]
         ax1.bar(xs, [g["time"] or 0 for g in ags], w, label=ALABEL[a], color=colors[a])
         bad = [(g["surv"] or 0) + (g["shm_left"] or 0) + (g["collateral"] or 0) + (1 if g["port"] else 0) for g in ags]
-        ax2.bar(xs, [g["surv"] or 0 for g in ags], w, color=colors[a], label=ALABEL[a] + ": survivors")
+        ax2.bar(xs, [g["surv"] or 0 for g in ags], w, color=colors[a])
         ax2.bar(xs, [g["collateral"] or 0 for g in ags], w, bottom=[g["surv"] or 0 for g in ags], color=colors[a],
-                alpha=0.45, hatch="xx", label=ALABEL[a] + ": collateral")
+                alpha=0.45, hatch="xx")
         ax2.bar(xs, [g["shm_left"] or 0 for g in ags], w,
                 bottom=[(g["surv"] or 0) + (g["collateral"] or 0) for g in ags], color=colors[a], alpha=0.2,
-                hatch="..", label=ALABEL[a] + ": shm files left")
+                hatch="..")
         for x, b in zip(xs, bad):
             if b == 0:
                 ax2.text(x, 0.1, "0", ha="center", fontsize=8, color=colors[a])
@@ -309,7 +309,12 @@ def plot(rows, out_path):
     ax1.legend(fontsize=7)
     ax2.set_ylabel("count (median)")
     ax2.set_title("Survivors (0.5 s after return), collateral kills, shm files left", fontsize=10)
-    ax2.legend(fontsize=6, ncol=1, loc="upper left")
+    from matplotlib.patches import Patch
+    handles = [Patch(color=colors[a], label=ALABEL[a]) for a in APPROACHES]
+    handles += [Patch(facecolor="white", edgecolor="black", label="survivors"),
+                Patch(facecolor="white", edgecolor="black", hatch="xx", label="collateral (decoys + decoy shm)"),
+                Patch(facecolor="white", edgecolor="black", hatch="..", label="leaked shm files left")]
+    ax2.legend(handles=handles, fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(out_path, dpi=110)
     plt.close(fig)

@@ -358,7 +358,7 @@ def start_emulator(state_dir: str, log_path: str, name: str, port: int, tp_size:
             "--port", str(port), "--tp-size", str(tp_size)] + list(args)
     env = {"SGLANG_EMULATOR_PHASE_SECONDS": str(phase), "SGLANG_EMULATOR_FAULT": fault,
            "SGLANG_LOG_MS": "1", "LLMOPS_SGLANG_INSTANCE": name, "LLMOPS_SGLANG_LAUNCH_ID": launch_id,
-           "LLMOPS_SGLANG_STATE_DIR": state_dir, "SGLANG_BENCH_TOKEN": TOKEN}
+           "LLMOPS_SGLANG_STATE_DIR": state_dir, "SGLANG_BENCH_RUN": TOKEN}
     env.update(extra_env or {})
     launched_at = time.time()
     proc = popen(argv, env=env, log_path=log_path)
