@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import configparser
 import os
-import time
 from typing import Any, Dict, List
 
 import common as C

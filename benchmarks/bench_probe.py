@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import common as C
 

@@ -82,15 +82,15 @@ class Trial:
     def launch(self) -> None:
         s = self.scenario
         if s == "stale":
-            old, _ = C.start_emulator(C.mkdir("readiness", self.name, "old-state"),
-                                      C.path("readiness", self.name, "old.log"), "old", self.port,
-                                      phase=0.1)
+            old, _unused = C.start_emulator(C.mkdir("readiness", self.name, "old-state"),
+                                            C.path("readiness", self.name, "old.log"), "old", self.port,
+                                            phase=0.1)
             self.procs.append(old)
             ok = C.wait_log(C.path("readiness", self.name, "old.log"), C.READY_LINE, 30, proc=old)
             self.prep["stale_pid"] = old.pid
             self.prep["stale_ready"] = ok
         if s == "appended_hang":
-            first, _ = C.start_emulator(self.state_dir, self.log_path, self.name, self.port, phase=0.1)
+            first, _unused = C.start_emulator(self.state_dir, self.log_path, self.name, self.port, phase=0.1)
             ok = C.wait_log(self.log_path, C.READY_LINE, 30, proc=first)
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
@@ -151,7 +151,7 @@ class Trial:
             out["verdict"] = "ready" if out["ready"] else "not ready: %s" % r.get("reason")
             out["module_elapsed"] = r.get("elapsed")
         else:
-            rc, _, text = b.result
+            rc, _unused, text = b.result
             out["ready"] = rc == 0
             if rc == 0:
                 out["verdict"] = "ready"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
@@ -94,6 +93,7 @@ def run(quick: bool = False) -> Dict[str, Any]:
 def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str, Any]:
     st = C.median(data["startup"])
     pr = data["playbook_runs"]
+
     def sel(kind):
         return [r for r in pr if r["kind"] == kind]
     rows = []
@@ -120,10 +120,12 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
          "met": bool(sel("noop")) and all(r["rc"] == 0 and r["recap"].get("changed") == 0 for r in sel("noop")),
          "value": "%d/%d no-op runs changed=0, %s median" % (
              sum(1 for r in sel("noop") if r["recap"].get("changed") == 0), len(sel("noop")), C.fmt_s(noop, 1))},
-        {"target": "Full restart overhead over the server's own start-up (reported, no numeric target)",
-         "met": not fails,
-         "value": "restart %s vs start-up %s: +%s" % (C.fmt_s(restart, 1), C.fmt_s(st, 2),
-                                                   C.fmt_s((restart or 0) - (st or 0), 1))},
+        {"target": "Every restart_extraction.yml run succeeds (overhead over the server's own start-up "
+                   "is reported; there is no numeric target for it)",
+         "met": not fails and bool(pr),
+         "value": "%d/%d runs ok; a full restart takes %s vs %s server start-up: +%s overhead" % (
+             len(pr) - len(fails), len(pr), C.fmt_s(restart, 1), C.fmt_s(st, 2),
+             C.fmt_s((restart or 0) - (st or 0), 1))},
     ]
     md = ["`playbooks/restart_extraction.yml` with `inventory/local.yml` (tp 8, emulator phase 0.3 s, "
           "extraction flags), name/port/state/log/dump dir overridden by extra vars. "

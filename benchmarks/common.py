@@ -32,7 +32,9 @@ for _p in (os.path.join(ROOT, "tests"), os.path.join(ROOT, "collections")):
 import psutil  # noqa: E402  (controller venv)
 
 from helpers import fixtures  # noqa: E402
-from helpers.fixtures import free_port, run_module  # noqa: E402,F401
+
+free_port = fixtures.free_port
+run_module = fixtures.run_module
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _record, _redact  # noqa: E402
 
@@ -184,7 +186,7 @@ def cleanup_all() -> None:
         procs = list(_started)
         extra = set(_pids_to_kill)
     for proc in procs:
-        if True:  # the group may outlive its leader
+        if proc.pid:  # the group may outlive its leader
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
@@ -399,7 +401,7 @@ def run_timed(argv: Sequence[str], timeout: float = 600, env: Optional[Dict[str,
               cwd: str = ROOT) -> Tuple[int, float, str]:
     t0 = time.time()
     proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                          env=env or ansible_env(), cwd=cwd, stdin=subprocess.DEVNULL)
+                          env=env or ansible_env(), cwd=cwd, stdin=subprocess.DEVNULL, check=False)
     return proc.returncode, time.time() - t0, proc.stdout + proc.stderr
 
 
@@ -452,7 +454,7 @@ def load_json(name: str) -> Optional[Any]:
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _col in header) + "|"]
     for r in rows:
         out.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in r) + " |")
     return "\n".join(out)
@@ -461,5 +463,5 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def plt():
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as pyplot
+    from matplotlib import pyplot
     return pyplot

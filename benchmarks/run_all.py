@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run the benchmarks and write docs/benchmarks.md plus the PNG figures beside it.
 
     .venv/bin/python benchmarks/run_all.py                      # everything (`make bench`)
@@ -17,7 +16,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Dict, List
+from typing import Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
@@ -65,16 +64,17 @@ def main(argv: List[str]) -> int:
             data["_meta"] = dict(meta, seconds=round(time.time() - t0, 1), quick=args.quick)
             C.save_json(name + suffix, data)
             C.log("== %s done in %.0f s" % (name, time.time() - t0))
-    write_report(out_dir, fig_prefix, suffix, only if args.quick else BENCHES, time.time() - t_all,
-                 run_names=only if not args.report_only else [])
+    if not args.report_only:
+        C.save_json("last-run" + suffix, {"benches": only, "seconds": round(time.time() - t_all),
+                                          "date": C.machine()["date"], "status": status})
+    write_report(out_dir, fig_prefix, suffix, only if args.quick else BENCHES)
     C.rmtree(C.BENCH_ROOT)
     C.rmtree(C.SHM_ROOT)
     C.log("wrote %s in %.0f s" % (os.path.join(out_dir, "benchmarks.md"), time.time() - t_all))
     return 1 if "error" in status.values() else 0
 
 
-def write_report(out_dir: str, fig_prefix: str, suffix: str, names: List[str], seconds: float,
-                 run_names: List[str]) -> None:
+def write_report(out_dir: str, fig_prefix: str, suffix: str, names: List[str]) -> None:
     sections, targets, metas = [], [], {}
     for name in names:
         data = C.load_json(name + suffix)
@@ -108,9 +108,12 @@ def write_report(out_dir: str, fig_prefix: str, suffix: str, names: List[str], s
                  "launches. Each table states its date and the number of runs it is the median of. "
                  "All servers are the SGLang emulator (`tests/emulator`) on loopback."
                  % (any_meta.get("uname"), any_meta.get("cores"), any_meta.get("mem_gib"), any_meta.get("python")))
-    if run_names:
+    last = C.load_json("last-run" + suffix)
+    if last:
         lines.append("")
-        lines.append("Last invocation ran: %s (%.0f s in all)." % (", ".join(run_names), seconds))
+        lines.append("Last invocation (%s) ran: %s, in %d s (about %.1f minutes) including the plots."
+                     % (last.get("date"), ", ".join(last.get("benches", [])), last.get("seconds", 0),
+                        last.get("seconds", 0) / 60.0))
     lines += ["", "## Targets", ""]
     lines.append(C.md_table(["benchmark", "target", "met", "measured"],
                             [[t["bench"], t["target"], "**met**" if t["met"] else "**not met**", t["value"]]

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """`pkill [-9] -f PATTERN`, limited to the processes one benchmark trial started.
 
 The incident ran `pkill -f sglang` (and a `kill -9` of the leftovers) on a host of its own. On

@@ -518,7 +518,7 @@ def _register_secrets(module: AnsibleModule) -> None:
     secrets += [v for k, v in (p.get("args") or {}).items() if _cliargs.is_secret_arg(str(k))]
     for value in secrets:
         for text in _secret_values(value):
-            if len(text) >= 3:
+            if len(text) >= 8:  # shorter values would mask unrelated text (paths) in results
                 module.no_log_values.add(text)
 
 
