@@ -148,6 +148,8 @@ def build_env(python: str, venv: Optional[str], user_env: Mapping[str, str], mar
     # setproctitle overwrites the environ block of every titled child (sglang::scheduler_TP0...)
     # unless SPT_NOENV is set; keeping it makes the instance marker readable in every rank.
     env["SPT_NOENV"] = "1"
+    # Millisecond log timestamps: sglang_ready's startup timeline is then exact, not whole seconds.
+    env["SGLANG_LOG_MS"] = "1"
     env.update(markers)
     env.update({k: str(v) for k, v in user_env.items()})
     # Warmup talks HTTP to localhost: a proxy must never see it (after env, which may add more).

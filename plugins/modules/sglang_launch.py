@@ -24,7 +24,9 @@ description:
     The server survives the end of the task and of the ssh session.
   - The server gets a clean, explicit environment - C(PATH) with the venv's C(bin) first,
     C(VIRTUAL_ENV), C(HOME), C(USER), C(LANG), C(no_proxy)/C(NO_PROXY) including C(localhost,127.0.0.1,::1),
-    a per-instance C(TMPDIR) C(<state_dir>/<name>.tmp), C(PYTHONUNBUFFERED=1), the instance marker
+    a per-instance C(TMPDIR) C(<state_dir>/<name>.tmp), C(PYTHONUNBUFFERED=1),
+    C(SPT_NOENV=1) (keeps the marker readable in titled ranks), C(SGLANG_LOG_MS=1) (millisecond
+    log times), the instance marker
     variables C(LLMOPS_SGLANG_INSTANCE), C(LLMOPS_SGLANG_LAUNCH_ID), C(LLMOPS_SGLANG_STATE_DIR),
     then O(env). Proxies reach the server only when set in O(env).
   - Writes the launch record C(<state_dir>/<name>.json) (mode 0600, atomically) that
