@@ -82,6 +82,8 @@ class Interpreter:
     serve_script: Optional[str] = None
     install_mtime: Optional[float] = None
     error: Optional[str] = None
+    # sys.executable as the interpreter reports it: what really runs behind a shim or symlink.
+    executable: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -229,6 +231,7 @@ def resolve(venv: Optional[str] = None, python: Optional[str] = None, timeout: f
                              os.path.join(location, "launch_server.py") if location else None,
                              os.path.join(location, "srt", "server_args.py") if location else None),
         error="; ".join(errors) or None,
+        executable=data.get("executable"),
     )
 
 

@@ -149,6 +149,7 @@ interpreter:
     serve_script: /root/ml-env/bin/sglang
     install_mtime: 1796004270.25
     error: null
+    executable: /root/ml-env/bin/python
 interpreters:
   description: Every sglang install found under O(search_paths), read from metadata.
   returned: always
