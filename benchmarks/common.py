@@ -135,15 +135,7 @@ def remember(pids: Iterable[int]) -> None:
         _pids_to_kill.update(pids)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
+kill_group = fixtures.kill_group
 
 
 def kill_pids(pids: Iterable[int], start_times: Optional[Dict[int, float]] = None) -> None:

@@ -115,6 +115,18 @@ def kill_pids(pids: List[int]) -> None:
             pass
 
 
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the session/group a test started (its leader's pid), then reap the leader."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 class Spawned:
     """Processes a test started (each in its own session)."""
 
@@ -136,14 +148,7 @@ class Spawned:
 
     def cleanup(self) -> None:
         for proc in self.procs:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            kill_group(proc)
 
 
 @pytest.fixture
