@@ -89,7 +89,8 @@ def _own_ancestry() -> set:
 
 def marked_pids(run_id: str = TEST_RUN_ID, state_prefix: Optional[str] = None) -> List[int]:
     """Live pids whose environment carries this test run's marker, or (launched by the
-    modules with a clean environment) a LLMOPS_SGLANG_STATE_DIR under `state_prefix`."""
+    modules with a clean environment) a LLMOPS_SGLANG_STATE_DIR under `state_prefix`, or whose
+    cwd / open files lie under `state_prefix` (this pytest session's temp root)."""
     found = []
     needle = ("%s=%s" % (TEST_MARKER, run_id)).encode()
     state_needle = ("LLMOPS_SGLANG_STATE_DIR=%s" % state_prefix).encode() if state_prefix else None
@@ -104,7 +105,27 @@ def marked_pids(run_id: str = TEST_RUN_ID, state_prefix: Optional[str] = None) -
             continue
         if needle in items or (state_needle and any(i.startswith(state_needle) for i in items)):
             found.append(int(entry))
+        elif state_prefix and _uses_path_under(int(entry), state_prefix):
+            found.append(int(entry))
     return found
+
+
+def _uses_path_under(pid: int, prefix: str) -> bool:
+    """cwd or an open file under `prefix`: sglang children whose environ setproctitle wiped
+    (escaped workers) are still tied to the test's temp dir by their log fd and cwd."""
+    base = "/proc/%d" % pid
+    links = [os.path.join(base, "cwd")]
+    try:
+        links += [os.path.join(base, "fd", fd) for fd in os.listdir(os.path.join(base, "fd"))]
+    except OSError:
+        return False
+    for link in links:
+        try:
+            if os.readlink(link).startswith(prefix):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def kill_pids(pids: List[int]) -> None:
