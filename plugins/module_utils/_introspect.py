@@ -113,28 +113,65 @@ def _version():
     except Exception:
         return None
 
+def _summary(exc):
+    """One line an operator can act on: what failed, and where in sglang's import chain."""
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:  # the innermost frame that is not importlib/runpy machinery
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith("<"):
+            where = " (at %s:%d)" % (name, tb.tb_lineno)
+        tb = tb.tb_next
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return ("sglang cannot be imported: Python module '%s' is not installed in %s%s"
+                % (exc.name, sys.prefix, where)), exc.name
+    text = ("%s: %s" % (type(exc).__name__, exc)) if str(exc) else type(exc).__name__
+    return text.splitlines()[0][:500] + where, None
+
+def _purge_sglang():
+    # A failed `import sglang` leaves half-initialised submodules behind (0.5.23: the
+    # namespace package sglang.srt without its parent), and the next import then dies with
+    # KeyError('sglang') instead of the real cause.
+    for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        del sys.modules[name]
+    import importlib
+    importlib.invalidate_caches()
+
 result = None
 errors = []
+summaries = []
+missing = None
 sys.argv = ["launch_server", "--model-path", "x"]
 try:
     import runpy
     runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
     errors.append("sglang.launch_server returned without parsing its arguments")
+    summaries.append(errors[-1])
 except _Captured:
     result = _dump(_seen[-1], "sglang.launch_server")
-except BaseException:
+except BaseException as exc:
     errors.append(traceback.format_exc())
+    text, missing = _summary(exc)
+    summaries.append(text)
 if result is None:
+    _purge_sglang()
     try:
         from sglang.srt.server_args import ServerArgs
         parser = argparse.ArgumentParser(prog="sglang serve")
         ServerArgs.add_cli_args(parser)
         result = _dump(parser, "sglang.srt.server_args.ServerArgs.add_cli_args")
-    except BaseException:
+    except BaseException as exc:
         errors.append(traceback.format_exc())
+        text, name = _summary(exc)
+        missing = missing or name
+        if text not in summaries:
+            summaries.append("fallback ServerArgs.add_cli_args: " + text)
 if result is None or not result["flags"]:
     sys.stderr.write("\n".join(errors) or "no flags found\n")
     sys.stderr.flush()
+    with open(OUT, "w") as fh:
+        json.dump({"error": "; ".join(summaries) or "the sglang parser has no flags",
+                   "missing_module": missing}, fh)
     os._exit(3)
 result["sglang_version"] = _version()
 result["warnings"] = errors
@@ -197,14 +234,26 @@ def _run(interp: Interpreter, timeout: float) -> Dict[str, Any]:
         finally:
             _kill_group(proc)  # the import may have spawned helpers; they die with the session
         err = stderr.decode("utf-8", "replace").strip()
-        if proc.returncode != 0 or not os.path.exists(out_path):
-            tail = " | ".join(err.splitlines()[-3:]) or stdout.decode("utf-8", "replace").strip()[-500:]
+        data = _read_result(out_path)
+        if proc.returncode != 0 or data is None or "flags" not in data:
+            failure = data.get("error") if isinstance(data, dict) else None
+            tail = (failure or " | ".join(err.splitlines()[-3:])
+                    or stdout.decode("utf-8", "replace").strip()[-500:])
+            missing = data.get("missing_module") if isinstance(data, dict) else None
             raise SglangError("cannot read the sglang CLI with %s (exit %s): %s"
                               % (interp.path, proc.returncode, tail or "no output"),
                               reason="introspect_failed", python=interp.path,
-                              rc=proc.returncode, stderr=err[-8000:])
-        with open(out_path, encoding="utf-8") as fh:
-            return json.load(fh)
+                              rc=proc.returncode, stderr=err[-8000:], missing_module=missing)
+        return data
+
+
+def _read_result(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
