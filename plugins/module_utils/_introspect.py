@@ -22,7 +22,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._errors import Sglan
 from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import Interpreter
 from ansible_collections.llmops.sglang.plugins.module_utils._record import default_state_dir, write_json_atomic
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: warnings are one-line summaries, not tracebacks
 
 # Runs inside the target interpreter; argv[1] is the file that receives the JSON result
 # (stdout belongs to the server code, which may print anything).
@@ -115,18 +115,30 @@ def _version():
 
 def _summary(exc):
     """One line an operator can act on: what failed, and where in sglang's import chain."""
-    where = ""
+    loc = None
     tb = exc.__traceback__
     while tb is not None:  # the innermost frame that is not importlib/runpy machinery
         name = tb.tb_frame.f_code.co_filename
         if not name.startswith("<"):
-            where = " (at %s:%d)" % (name, tb.tb_lineno)
+            loc = "%s:%d" % (name, tb.tb_lineno)
         tb = tb.tb_next
+    where = (" (at %s)" % loc) if loc else ""
     if isinstance(exc, ModuleNotFoundError) and exc.name:
-        return ("sglang cannot be imported: Python module '%s' is not installed in %s%s"
-                % (exc.name, sys.prefix, where)), exc.name
+        return ("Python module '%s' is not installed in %s%s"
+                % (exc.name, sys.prefix, (" (imported at %s)" % loc) if loc else "")), exc.name
     text = ("%s: %s" % (type(exc).__name__, exc)) if str(exc) else type(exc).__name__
-    return text.splitlines()[0][:500] + where, None
+    text = text.splitlines()[0][:500] + where
+    root, seen = exc, set()
+    while id(root) not in seen:  # transformers' lazy imports hide the real error behind its own
+        seen.add(id(root))
+        nxt = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
+        if nxt is None:
+            break
+        root = nxt
+    if root is not exc and not isinstance(root, _Captured):
+        cause, name = _summary(root)
+        return text + ", caused by " + cause, name
+    return text, None
 
 def _purge_sglang():
     # A failed `import sglang` leaves half-initialised submodules behind (0.5.23: the
@@ -174,7 +186,11 @@ if result is None or not result["flags"]:
                    "missing_module": missing}, fh)
     os._exit(3)
 result["sglang_version"] = _version()
-result["warnings"] = errors
+result["warnings"] = []
+if result["source"] != "sglang.launch_server" and summaries:
+    result["warnings"].append(
+        "sglang.launch_server did not get as far as parsing its arguments (%s); the flags come from "
+        "ServerArgs.add_cli_args, which misses any flag the launcher adds itself" % summaries[0])
 with open(OUT, "w") as fh:
     json.dump(result, fh)
 sys.stdout.flush()
@@ -202,6 +218,8 @@ def _read_cache(path: str) -> Optional[Dict[str, Any]]:
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("flags"), dict) or not data["flags"]:
+        return None
+    if data.get("source") != "sglang.launch_server":  # fallbacks are never cached (see introspect)
         return None
     return data
 
@@ -282,12 +300,16 @@ def introspect(interp: Interpreter, cache_dir: Optional[str] = None, timeout: fl
         data = _run(interp, timeout)
         data["interpreter"] = interp.path
         data["sglang_version"] = data.get("sglang_version") or interp.sglang_version
-        note = _write_cache(path, data)
+        if data.get("source") == "sglang.launch_server":
+            note = _write_cache(path, data)
+        # else a fallback: not cached, so installing what the launcher missed takes effect at once
+        # (the cache key only sees the sglang install, not its dependencies)
     return {
         "flags": data["flags"], "cached": cached, "seconds": round(time.monotonic() - started, 3),
         "sglang_version": data.get("sglang_version"), "interpreter": interp.path,
-        "source": data.get("source"), "cache_path": path if note is None else None,
-        "warnings": ([note] if note else []),
+        "source": data.get("source"),
+        "cache_path": path if note is None and (cached or data.get("source") == "sglang.launch_server") else None,
+        "warnings": list(data.get("warnings") or []) + ([note] if note else []),
     }
 
 

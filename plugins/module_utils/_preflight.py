@@ -217,6 +217,8 @@ def check_flags(report: Report, interp: Any, args: Mapping[str, Any], cache_dir:
                     % (interp.sglang_version, interp.path, exc.msg, tail))
         return None
     flags = data.get("flags") or {}
+    for warning in data.get("warnings") or []:  # e.g. the launcher failed and a fallback parser was read
+        report.warn("flags", warning)
     errors = _cliargs.validate_against_flags(args, flags, interp.sglang_version or data.get("sglang_version") or "")
     errors += [e for e in _cliargs.dedicated_conflicts(args, flags)
                if e not in _cliargs.dedicated_conflicts(args)]  # aliases only: the plain ones are reported already

@@ -153,3 +153,88 @@ def test_flag_lookup_spellings():
     assert S.flag_lookup(flags, "model") is flags["--model-path"]
     assert S.flag_lookup(flags, "--nope") is None
     assert S.normalize_flag("tp_size") == "--tp-size"
+
+
+# --- the shapes of the real wheels (docs/real-sglang.md) ---------------------------------------
+
+def _tree(tmp_path, monkeypatch, files) -> Interpreter:
+    root = tmp_path / "real"
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.setenv("STUB_STARTED", str(tmp_path / "started"))
+    return Interpreter(path=sys.executable, sglang_installed=True, sglang_version="0.5.23",
+                       sglang_location=str(root / "sglang"), install_mtime=1.0)
+
+
+def test_missing_dependency_in_namespace_package_is_named(tmp_path, monkeypatch):
+    # 0.5.23: sglang/srt has no __init__.py and sglang/__init__.py imports sglang.srt.utils,
+    # whose common.py imports numpy. The failed import leaves the namespace package sglang.srt
+    # behind without its parent; the fallback then died with KeyError('sglang'), and that was
+    # all the operator saw.
+    interp = _tree(tmp_path, monkeypatch, {
+        "sglang/__init__.py": "from sglang.srt.utils import common\n",
+        "sglang/launch_server.py": LAUNCH,
+        "sglang/srt/server_args.py": SERVER_ARGS,
+        "sglang/srt/utils/__init__.py": "",
+        "sglang/srt/utils/common.py": "import numpy_not_here_xyz\n",
+    })
+    with pytest.raises(SglangError) as err:
+        S.introspect(interp, cache_dir=str(tmp_path / "c"))
+    msg = err.value.msg
+    assert "KeyError" not in msg, msg
+    assert "Python module 'numpy_not_here_xyz' is not installed in %s" % sys.prefix in msg
+    assert "common.py:1" in msg
+    assert err.value.details["missing_module"] == "numpy_not_here_xyz"
+    assert "KeyError" not in err.value.details["stderr"]
+
+
+def test_fallback_is_reported_and_never_cached(tmp_path, monkeypatch):
+    # 0.5.23 without huggingface_hub: the launcher dies after importing server_args (in
+    # suppress_noisy_warnings), ServerArgs.add_cli_args still works. The result says so, and is
+    # not cached: once the dependency is installed the launcher's own parser is read.
+    launch = "from sglang.srt.server_args import prepare_server_args\nimport hub_not_here_xyz\n" + LAUNCH
+    interp = _tree(tmp_path, monkeypatch, {
+        "sglang/__init__.py": "",
+        "sglang/launch_server.py": launch,
+        "sglang/srt/server_args.py": SERVER_ARGS,
+    })
+    cache = str(tmp_path / "c")
+    res = S.introspect(interp, cache_dir=cache)
+    assert res["source"].endswith("ServerArgs.add_cli_args") and res["cache_path"] is None
+    assert len(res["warnings"]) == 1 and "'hub_not_here_xyz' is not installed" in res["warnings"][0]
+    assert "kimi_k2" in res["flags"]["--reasoning-parser"]["choices"]
+    assert S.introspect(interp, cache_dir=cache)["cached"] is False
+    (tmp_path / "real" / "hub_not_here_xyz.py").write_text("")  # the operator installs it
+    fixed = S.introspect(interp, cache_dir=cache)
+    assert fixed["source"] == "sglang.launch_server" and fixed["warnings"] == [] and fixed["cached"] is False
+    assert S.introspect(interp, cache_dir=cache)["cached"] is True
+
+
+def test_root_cause_behind_a_lazy_import_error(tmp_path, monkeypatch):
+    # 0.5.6 with PyPI's CUDA torchvision next to a CPU torch: transformers' lazy loader turns
+    # "operator torchvision::nms does not exist" into "Could not import module 'AutoProcessor'".
+    broken = '''
+    def _load():
+        try:
+            raise RuntimeError("operator torchvision::nms does not exist")
+        except Exception as e:
+            raise ModuleNotFoundError("Could not import module 'AutoProcessor'. Are this object's "
+                                      "requirements defined correctly?") from e
+    _load()
+    '''
+    interp = _tree(tmp_path, monkeypatch, {
+        "sglang/__init__.py": "",
+        "sglang/launch_server.py": LAUNCH,
+        "sglang/srt/__init__.py": "",
+        "sglang/srt/server_args.py": "import fake_transformers\n" + SERVER_ARGS,
+        "fake_transformers.py": broken,
+    })
+    with pytest.raises(SglangError) as err:
+        S.introspect(interp, cache_dir=str(tmp_path / "c"))
+    msg = err.value.msg
+    assert "Could not import module 'AutoProcessor'" in msg
+    assert "caused by RuntimeError: operator torchvision::nms does not exist" in msg
+    assert "fallback" not in msg  # the same error twice is said once
