@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -49,7 +50,9 @@ def run_module(name: str, args: Dict[str, Any], check_mode: bool = False, diff: 
     payload = dict(args)
     payload["_ansible_check_mode"] = check_mode
     payload["_ansible_diff"] = diff
-    payload.setdefault("_ansible_tmpdir", tempfile.mkdtemp(prefix="llmops-modtmp-"))
+    own_tmpdir = "_ansible_tmpdir" not in payload
+    if own_tmpdir:
+        payload["_ansible_tmpdir"] = tempfile.mkdtemp(prefix="llmops-modtmp-")
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump({"ANSIBLE_MODULE_ARGS": payload}, fh)
         args_path = fh.name
@@ -62,6 +65,8 @@ def run_module(name: str, args: Dict[str, Any], check_mode: bool = False, diff: 
                               stdin=subprocess.DEVNULL, check=False)
     finally:
         os.unlink(args_path)
+        if own_tmpdir:
+            shutil.rmtree(payload["_ansible_tmpdir"], ignore_errors=True)
     try:
         result = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
     except ValueError:
