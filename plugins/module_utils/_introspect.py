@@ -212,12 +212,8 @@ def cache_key(interp: Interpreter) -> str:
 
 def _read_cache(path: str) -> Optional[Dict[str, Any]]:
     """A valid cache entry or None; a corrupted file is ignored (and rewritten by the caller)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("flags"), dict) or not data["flags"]:
+    data = _read_result(path)
+    if data is None or not isinstance(data.get("flags"), dict) or not data["flags"]:
         return None
     if data.get("source") != "sglang.launch_server":  # fallbacks are never cached (see introspect)
         return None

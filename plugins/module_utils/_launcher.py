@@ -169,16 +169,6 @@ def _child_of(parent: int) -> Optional[_procs.Proc]:
     return None
 
 
-def _read_exit(path: str, launch_id: str) -> Optional[Dict[str, Any]]:
-    try:
-        data = _record.read_json(path)
-    except SglangError:
-        return None
-    if data and data.get("launch_id") == launch_id:
-        return data
-    return None
-
-
 def _exit_text(exit_data: Optional[Dict[str, Any]], returncode: Optional[int]) -> str:
     if exit_data:
         if exit_data.get("error"):
@@ -202,8 +192,8 @@ def wait_for_server(sup: "subprocess.Popen[bytes]", exit_path: str, launch_id: s
             return child, None
         rc = sup.poll()
         if rc is not None:
-            return None, _read_exit(exit_path, launch_id) or {"returncode": rc, "launch_id": launch_id,
-                                                              "pid": None, "signal": None}
+            fallback = {"returncode": rc, "launch_id": launch_id, "pid": None, "signal": None}
+            return None, _record.read_launch_exit(exit_path, launch_id) or fallback
         if time.monotonic() >= deadline:
             return None, None
         time.sleep(0.02)
@@ -244,7 +234,7 @@ def spawn(spec: LaunchSpec) -> Dict[str, Any]:
         while time.monotonic() < deadline and sup.poll() is None:
             time.sleep(0.02)
         if sup.poll() is not None:
-            exit_data = _read_exit(exit_path, launch_id) or {"returncode": sup.returncode}
+            exit_data = _record.read_launch_exit(exit_path, launch_id) or {"returncode": sup.returncode}
             server = None
     if server is None:
         tail = log_tail(log_path, spec.secrets)

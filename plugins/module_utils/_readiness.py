@@ -418,11 +418,8 @@ def read_exit_status(inst: Instance, wait: float = EXIT_FILE_WAIT_S,
         wait = 0.0
     deadline = time.monotonic() + wait
     while True:
-        try:
-            data = _record.read_json(inst.exit_path)
-        except SglangError:
-            data = None
-        if data and (not inst.launch_id or data.get("launch_id") == inst.launch_id):
+        data = _record.read_launch_exit(inst.exit_path, inst.launch_id)
+        if data:
             keep = ("returncode", "signal", "exited_at", "pid")
             return {k: data.get(k) for k in keep if k in data}
         if time.monotonic() >= deadline:

@@ -93,6 +93,18 @@ def read_record(state_dir: str, name: str) -> Optional[Dict[str, Any]]:
     return read_json(record_path(state_dir, name))
 
 
+def read_launch_exit(path: str, launch_id: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The exit file at `path` when it belongs to `launch_id` (any launch when None); a missing,
+    unreadable or half-written file is None: the supervisor may be writing it right now."""
+    try:
+        data = read_json(path)
+    except SglangError:
+        return None
+    if data and (not launch_id or data.get("launch_id") == launch_id):
+        return data
+    return None
+
+
 def read_exit(state_dir: str, name: str) -> Optional[Dict[str, Any]]:
     return read_json(exit_path(state_dir, name))
 

@@ -54,10 +54,7 @@ def open_or_mapped(prefixes: Iterable[str]) -> Dict[str, Set[int]]:
     One pass over /proc, so the cost does not grow with the number of shm files."""
     roots = tuple(p.rstrip("/") + "/" for p in prefixes)
     held: Dict[str, Set[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
+    for pid in _procs.all_pids():
         for _fd, target in _procs.fd_targets(pid):
             if target.startswith(roots):
                 held.setdefault(target.replace(" (deleted)", ""), set()).add(pid)

@@ -51,15 +51,7 @@ def read_open_files(pid: int) -> OpenFiles:
     except OSError:
         cwd = None
     fds: List[Tuple[int, str, bool]] = []
-    try:
-        names = os.listdir(base + "/fd")
-    except OSError:
-        names = []
-    for name in names:
-        try:
-            path = os.readlink("%s/fd/%s" % (base, name))
-        except OSError:
-            continue
+    for name, path in _procs.fd_targets(pid):
         if not path.startswith("/"):
             continue  # sockets, pipes, anon inodes
         writable = False
