@@ -11,7 +11,7 @@ export SGLANG_EMULATOR_PYTHON := $(CURDIR)/$(EMU_VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: help venv emulator-venv demo test test-unit test-emulator test-integration test-molecule \
+.PHONY: help venv emulator-venv demo test test-unit test-emulator test-integration test-security test-faults test-molecule \
         lint sanity build bench gpu clean test-multihost
 
 help:
@@ -36,7 +36,7 @@ $(EMU_VENV)/.stamp: $(shell find tests/emulator -name '*.py' -o -name 'pyproject
 demo: venv emulator-venv
 	./scripts/demo.sh
 
-test: venv emulator-venv test-unit test-emulator test-integration test-molecule lint sanity build
+test: venv emulator-venv test-unit test-emulator test-integration test-security test-faults test-molecule lint sanity build
 
 test-unit: venv
 	$(PYTEST) -q tests/unit
@@ -46,6 +46,14 @@ test-emulator: venv emulator-venv
 
 test-integration: venv emulator-venv
 	$(PYTEST) -q tests/integration
+
+# One test per finding of the shared-host threat model (root, a throwaway user, private PID namespaces)
+test-security: venv emulator-venv
+	$(PYTEST) -q tests/security
+
+# One test per honest fault a restart meets (full disks, benign warnings, interrupted plays, ...)
+test-faults: venv emulator-venv
+	$(PYTEST) -q tests/faults
 
 test-molecule: venv emulator-venv
 	./scripts/molecule.sh
