@@ -1,0 +1,45 @@
+# -*- coding: utf-8 -*-
+"""Options shared by several llmops.sglang modules: one description, one type, everywhere."""
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    # Where launch records, locks and per-instance TMPDIRs live.
+    STATE_DIR = r"""
+options:
+  state_dir:
+    description:
+      - State directory (launch records, locks, per-instance TMPDIRs, the introspection cache).
+      - Default C(/var/lib/llmops-sglang) as root, else C(~/.local/state/llmops-sglang).
+      - Created mode 0700; refused when it exists owned by another user or writable by group/others.
+    type: path
+"""
+
+    GPU_BACKEND = r"""
+options:
+  gpu_backend:
+    description:
+      - How GPU compute processes and memory are read. V(auto) tries NVML (nvidia-ml-py), then
+        C(nvidia-smi), then reports GPUs as not checked.
+    type: str
+    choices: [auto, nvml, nvidia-smi, none]
+    default: auto
+"""
+
+    API_KEY = r"""
+options:
+  api_key:
+    description:
+      - The server's C(--api-key). Sent as a bearer token only to a listener proven to be this
+        instance's SGLang server; never returned, logged or shown in a diff.
+    type: str
+"""
+
+    PORTS = r"""
+options:
+  ports:
+    description:
+      - Managed TCP ports (integers 1-65535).
+    type: list
+    elements: int
+"""
