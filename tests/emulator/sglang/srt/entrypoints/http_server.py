@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
 
 from sglang.srt.emulator_control import (
     crash_after_seconds,
@@ -37,10 +37,17 @@ if has_fault("import_error"):
 
 from sglang.srt.entrypoints.engine import Subprocesses, launch_subprocesses  # noqa: E402
 from sglang.srt.entrypoints.openai_api import (  # noqa: E402
+    Event,
     chat_completion,
+    chat_events,
+    chat_seconds,
+    generate_events,
     generate_response,
+    generate_seconds,
+    get_load,
     metrics_text,
     models_list,
+    v1_loads,
 )
 from sglang.srt.managers.tokenizer_worker import ESCAPE_CODE  # noqa: E402
 
@@ -69,6 +76,7 @@ class State:
         self.bound = False
         self.lock = threading.Lock()
         self.inflight = 0
+        self.running = 0  # generations in progress (what /get_load and /metrics report)
         self.dump_seq = 0
         level = (server_args.log_level_http or server_args.log_level).upper()
         self.http_level = getattr(logging, level, logging.INFO)
@@ -115,6 +123,9 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+        self._access_log(code)
+
+    def _access_log(self, code: int) -> None:
         host, port = self.client_address[:2]
         from http import HTTPStatus
 
@@ -124,6 +135,49 @@ class Handler(BaseHTTPRequestHandler):
             f'{host}:{port} - "{self.command} {self.path} {self.request_version}" {code} {phrase}',
             stream=sys.stdout,
         )
+
+    def _send_events(self, events: Iterable[Event]) -> None:
+        """A server-sent event stream as uvicorn sends a StreamingResponse: chunked, one
+        `data: {json}` event per chunk, `data: [DONE]` last. A client that goes away ends it."""
+        self.send_response_only(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("date", self.date_time_string())
+        self.send_header("server", "uvicorn")
+        self.end_headers()
+        self._access_log(200)  # uvicorn logs the access line when the response starts
+
+        def chunks() -> Iterator[bytes]:
+            for delay, payload in events:
+                if delay:
+                    time.sleep(delay)
+                yield b"data: " + json.dumps(payload).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        try:
+            for data in chunks():
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client disconnected: sglang aborts the request
+
+    def _generation(self, stream: bool, events: Iterable[Event], seconds: float, body: Any) -> None:
+        """One generation request, counted as running from its start to its last byte."""
+        with self.state.lock:
+            self.state.running += 1
+        try:
+            self.state.dump_hidden_states()
+            if stream:
+                self._send_events(events)
+                return
+            if seconds:
+                time.sleep(seconds)
+            self._send(200, body() if callable(body) else body)
+        finally:
+            with self.state.lock:
+                self.state.running -= 1
 
     def _body(self) -> Dict[str, Any]:
         length = int(self.headers.get("content-length") or 0)
@@ -217,19 +271,27 @@ class Handler(BaseHTTPRequestHandler):
 
     def generate(self) -> None:
         body = self._body()
-        self.state.dump_hidden_states()
-        self._send(200, generate_response(body))
+        self._generation(bool(body.get("stream")), generate_events(body), generate_seconds(body),
+                         lambda: generate_response(body))
 
     def chat(self) -> None:
         body = self._body()
-        self.state.dump_hidden_states()
-        self._send(200, chat_completion(self.state.args, body))
+        args = self.state.args
+        self._generation(bool(body.get("stream")), chat_events(args, body), chat_seconds(args, body),
+                         lambda: chat_completion(args, body))
+
+    def get_load(self) -> None:
+        """0.5.6's /get_load (0.5.23 replaced it by /v1/loads; both are served here)."""
+        self._send(200, get_load(self.state.args, self.state.running))
+
+    def v1_loads(self) -> None:
+        self._send(200, v1_loads(self.state.args, self.state.running, 0, __version__))
 
     def metrics(self) -> None:
         if not self.state.args.enable_metrics:
             self._send(404, {"detail": "Not Found"})
             return
-        self._send(200, metrics_text(self.state.args), "text/plain")
+        self._send(200, metrics_text(self.state.args, self.state.running), "text/plain")
 
 
 ROUTES = {
@@ -243,6 +305,8 @@ ROUTES = {
     "/generate": (("POST",), Handler.generate),
     "/v1/chat/completions": (("POST",), Handler.chat),
     "/metrics": (("GET",), Handler.metrics),
+    "/get_load": (("GET",), Handler.get_load),
+    "/v1/loads": (("GET",), Handler.v1_loads),
 }
 
 
