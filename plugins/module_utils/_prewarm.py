@@ -335,7 +335,8 @@ def report(outcome: Outcome, opts: Options, detail: bool = False) -> Dict[str, A
     }
     if detail:
         result["details"] = [f.to_dict() for f in outcome.files]
-    where = "%d files of %s" % (len(outcome.files), outcome.selection.model_path)
+    where = "%d file%s of %s" % (len(outcome.files), "" if len(outcome.files) == 1 else "s",
+                                 outcome.selection.model_path)
     floor_text = "MemAvailable %s, floor %s" % (human(outcome.available_before), human(outcome.floor))
     if outcome.stopped == "memory_floor" and not outcome.read_anything:
         raise SglangError("nothing read: the %s not in the page cache of %s do not fit above the memory "

@@ -3,6 +3,7 @@ mincore residency, the memory floor (memory injected, so the stop point is exact
 idempotence. Files are evicted with DONTNEED on the test's own files only."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 
 from helpers import pagecache as pc
 from helpers.fixtures import COLLECTIONS, ROOT
-from ansible_collections.llmops.sglang.plugins.module_utils import _modelfiles, _prewarm, _residency
+from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _modelfiles, _prewarm, _residency
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 MIB = 1 << 20
@@ -329,6 +330,21 @@ def test_timeout_stops_early_without_failing(model):
     o = opts(timeout=1e-9)
     result = _prewarm.report(_prewarm.run(directory, o, fixed_memory(32 << 30)), o)
     assert result["stopped"] == "timeout" and not result["complete"]
+
+
+def test_a_read_error_names_its_file_and_stops_the_others(model, monkeypatch):
+    directory, files = model
+    pc.evict(files)
+
+    def broken(*_args):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(_prewarm.os, "preadv", broken)
+    with pytest.raises(OSError) as err:
+        _prewarm.run(directory, opts(), fixed_memory(32 << 30))
+    assert err.value.filename in [os.path.realpath(f) for f in files]
+    failure = _exit.failure(err.value, "sglang_prewarm")
+    assert failure["reason"] == "io_error" and err.value.filename in failure["msg"] and "Traceback" not in failure["msg"]
 
 
 # --- documentation --------------------------------------------------------------------------
