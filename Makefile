@@ -10,16 +10,26 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export SGLANG_EMULATOR_PYTHON := $(CURDIR)/$(EMU_VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
+# ansible.cfg's collections_path = ./collections: this link makes the checkout itself the
+# collection llmops.sglang for ad hoc use and the tests. Made here, never committed (gitignored).
+COLLECTION_LINK := collections/ansible_collections/llmops/sglang
 
-.PHONY: help venv emulator-venv demo test test-unit test-emulator test-integration test-security test-faults test-molecule \
-        lint sanity build bench gpu clean test-multihost
+.PHONY: help venv collection-link emulator-venv demo test test-unit test-emulator test-integration test-security \
+        test-faults test-molecule test-packaging lint sanity build bench gpu clean test-multihost
 
 help:
 	@echo "make demo   - set up and run restart_extraction.yml against the emulator on localhost"
-	@echo "make test   - every test: unit, emulator, integration, molecule, ansible-lint, sanity"
+	@echo "make test   - every test: unit, emulator, integration, security, faults, molecule, ansible-lint,"
+	@echo "              sanity, build, packaging"
 	@echo "make bench  - benchmarks -> docs/benchmarks.md"
 
-venv: $(VENV)/.stamp
+venv: $(VENV)/.stamp $(COLLECTION_LINK)
+
+collection-link: $(COLLECTION_LINK)
+$(COLLECTION_LINK):
+	mkdir -p $(@D)
+	ln -sfn ../../.. $@
+
 $(VENV)/.stamp: requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
@@ -36,7 +46,8 @@ $(EMU_VENV)/.stamp: $(shell find tests/emulator -name '*.py' -o -name 'pyproject
 demo: venv emulator-venv
 	./scripts/demo.sh
 
-test: venv emulator-venv test-unit test-emulator test-integration test-security test-faults test-molecule lint sanity build
+test: venv emulator-venv test-unit test-emulator test-integration test-security test-faults test-molecule lint sanity build \
+      test-packaging
 
 test-unit: venv
 	$(PYTEST) -q tests/unit
@@ -57,6 +68,11 @@ test-faults: venv emulator-venv
 
 test-molecule: venv emulator-venv
 	./scripts/molecule.sh
+
+# ansible-builder renders an execution-environment context from the collection's artifact and its
+# introspection finds requirements.txt / bindep.txt (installs ansible-builder into tests/output/)
+test-packaging: venv
+	$(PYTEST) -q tests/packaging
 
 lint: venv
 	$(BIN)/ansible-lint --profile production --offline

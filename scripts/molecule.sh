@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Molecule scenarios (extensions/molecule/*) against the SGLang emulator on this machine.
-# Called by `make test-molecule`. Runs from the collection root: molecule 26 finds galaxy.yml
-# there and takes its scenarios from extensions/molecule/ (collection mode). Each scenario has
-# its own instance name, port (1810x) and directories (/tmp/llmops-molecule/<scenario>,
-# /dev/shm/llmops_molecule_<scenario>_hs) and cleans up only those.
+# Molecule scenarios (molecule/*) against the SGLang emulator on this machine.
+# Called by `make test-molecule`. Runs from the collection root, where molecule finds its
+# scenarios in molecule/<scenario>/molecule.yml: each one is also `molecule test -s <scenario>`
+# from the root. Each scenario has its own instance name, port (1810x) and directories
+# (/tmp/llmops-molecule/<scenario>, /dev/shm/llmops_molecule_<scenario>_hs) and cleans up only those.
 #
 #   scripts/molecule.sh                 all scenarios
 #   scripts/molecule.sh restart serving some of them
@@ -16,11 +16,14 @@ export PYTHONDONTWRITEBYTECODE=1
 export ANSIBLE_FORCE_COLOR="${ANSIBLE_FORCE_COLOR:-0}"
 test -x .venv/bin/molecule || { echo "molecule.sh: .venv/bin/molecule missing - run 'make venv'" >&2; exit 2; }
 test -x .venv-emulator/bin/python || { echo "molecule.sh: .venv-emulator missing - run 'make emulator-venv'" >&2; exit 2; }
+test -e collections/ansible_collections/llmops/sglang/galaxy.yml \
+    || { echo "molecule.sh: collections/ansible_collections/llmops/sglang missing - run 'make collection-link'" >&2; exit 2; }
 
 if [ "$#" -gt 0 ]; then
   scenarios=("$@")
 else
-  scenarios=(restart serving teardown broken_venv)
+  scenarios=()
+  for f in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$f")")"); done
 fi
 
 start=$SECONDS

@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
-# `make sanity`: ansible-test sanity on the collection + antsibull-changelog lint.
+# `make sanity`: ansible-test sanity on the collection as published + antsibull-changelog lint.
 #
-# ansible-test must run from inside .../ansible_collections/llmops/sglang whose *real* path is
-# that path (the collections/ symlink in the checkout does not count: getcwd resolves it), so
-# the collection's files (tracked + untracked-but-not-ignored, as `git ls-files` reports them,
-# minus the collections/ symlink) are copied into build/sanity/ansible_collections/llmops/sglang
-# and the copy gets its own `git init` (ansible-test lists content through git when a .git is
-# found walking up; without one it would find this checkout's .git, in which build/ is ignored).
+# The repository is unpacked as it would be published - the files git would put into an archive,
+# nothing else, no ignore file - under a temporary .../ansible_collections/llmops/sglang (a real
+# path: ansible-test only runs from inside such a directory) and tested there:
 #
-# ansible-test runs with --venv: per test it creates a virtual environment and pip-installs
-# its own pinned requirements from PyPI. The pip bootstrap script it would fetch from
+#   default           the working tree as `git ls-files --cached --others --exclude-standard`
+#                     lists it (committed and new-but-not-ignored files; work in progress is
+#                     tested without committing it, ignored files never are)
+#   SANITY_REF=HEAD   `git archive HEAD` (any commit-ish): exactly what was committed
+#
+# The copy has no .git: ansible-test then lists its content by walking the tree.
+#
+# ansible-test runs with --venv: per test it creates a virtual environment and pip-installs its
+# own pinned requirements from PyPI. The pip bootstrap script it would fetch from
 # ci-files.testing.ansible.com (unreachable here) is replaced by scripts/get_pip_standin.py.
 #
 # Environment:
+#   SANITY_REF      test a commit (git archive) instead of the working tree.
 #   SANITY_PYTHON   Python version the tests run under (default 3.11, the controller's).
 #   SANITY_ARGS     extra ansible-test sanity arguments, e.g. "--test pylint" or "-v".
+#   SANITY_KEEP=1   keep the temporary copy (it is kept anyway when a test fails).
+# Results (junit XML included) are copied to build/sanity/output/.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"
 BIN="$ROOT/.venv/bin"
 PY_VERSION="${SANITY_PYTHON:-3.11}"
-COPY="$ROOT/build/sanity/ansible_collections/llmops/sglang"
+RESULTS="$ROOT/build/sanity/output"
 
 [ -x "$BIN/ansible-test" ] || { echo "sanity: $BIN/ansible-test missing; run 'make venv'" >&2; exit 2; }
 export PATH="$BIN:$PATH"
@@ -30,7 +37,7 @@ export PATH="$BIN:$PATH"
 unset ANSIBLE_CONFIG ANSIBLE_COLLECTIONS_PATH ANSIBLE_COLLECTIONS_PATHS ANSIBLE_LIBRARY ANSIBLE_MODULE_UTILS
 
 start=$(date +%s)
-# One sanity run at a time per checkout: they share build/sanity/.
+# One sanity run at a time per checkout: they share ansible-test's venvs and build/sanity/.
 mkdir -p "$ROOT/build"
 exec 9>"$ROOT/build/.sanity.lock"
 flock 9
@@ -50,22 +57,28 @@ else
     echo "sanity: keeping existing pip bootstrap script $cache"
 fi
 
-# --- 2. copy of the collection under a real ansible_collections/ path --------------------
-rm -rf "$ROOT/build/sanity"
+# --- 2. the published tree under a temporary ansible_collections/llmops/sglang --------------
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/llmops-sanity.XXXXXX")"
+COPY="$TMP/ansible_collections/llmops/sglang"
 mkdir -p "$COPY"
-git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
-    | "$BIN/python" -c '
+if [ -n "${SANITY_REF:-}" ]; then
+    git -C "$ROOT" archive --format=tar "$SANITY_REF" | tar -C "$COPY" -xf -
+    echo "sanity: testing git archive of $SANITY_REF ($(git -C "$ROOT" rev-parse --short "$SANITY_REF"))"
+else
+    # Files deleted in the working tree but not yet in the index are left out (as a commit of
+    # the working tree would): tar gets only paths that exist.
+    git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
+        | "$BIN/python" -c '
 import os, sys
-for p in sys.stdin.buffer.read().split(b"\0"):
-    # collections/ is the symlink back to the root; .git* and build outputs never belong in it
-    if p and not p.startswith((b"collections/", b"build/")) and os.path.lexists(p):
-        sys.stdout.buffer.write(p + b"\0")
-' \
-    | tar -C "$ROOT" --null -T - -cf - | tar -C "$COPY" -xf -
-git -C "$COPY" init -q
-# Files ansible-test sees are those git reports (untracked ones included); stage them so the
-# copy looks like a clean clone and nothing depends on the copy's ignore rules.
-git -C "$COPY" add -A
+sys.stdout.buffer.write(b"".join(p + b"\0" for p in sys.stdin.buffer.read().split(b"\0") if p and os.path.lexists(p)))' \
+        | tar -C "$ROOT" --null --no-recursion -T - -cf - | tar -C "$COPY" -xf -
+    echo "sanity: testing the working tree (tracked and new files, not ignored ones)"
+fi
+# ansible-test would apply an ignore file silently; findings are fixed in the code instead.
+if compgen -G "$COPY/tests/sanity/ignore-*.txt" >/dev/null; then
+    echo "sanity: $(cd "$COPY" && ls tests/sanity/ignore-*.txt) exists; fix the findings instead" >&2
+    exit 1
+fi
 
 # --- 3. ansible-test sanity -----------------------------------------------------------------
 # All default sanity tests run. None is skipped: none needs docker when run with --venv.
@@ -77,10 +90,17 @@ rc=0
     # shellcheck disable=SC2086
     ansible-test sanity --venv --python "$PY_VERSION" --color no --junit ${SANITY_ARGS:-}
 ) || rc=$?
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS"
+[ ! -d "$COPY/tests/output" ] || cp -a "$COPY/tests/output/." "$RESULTS/"
 
 # --- 4. changelog fragments -------------------------------------------------------------------
-(cd "$ROOT" && antsibull-changelog lint) || rc=$?
+(cd "$COPY" && antsibull-changelog lint) || rc=$?
 
-echo "sanity: finished in $(( $(date +%s) - start ))s, exit status $rc"
-[ "$rc" -eq 0 ] || echo "sanity: results in $COPY/tests/output/" >&2
+if [ "$rc" -eq 0 ] && [ "${SANITY_KEEP:-0}" != 1 ]; then
+    rm -rf "$TMP"
+else
+    echo "sanity: the tested copy is kept in $COPY" >&2
+fi
+echo "sanity: finished in $(( $(date +%s) - start ))s, exit status $rc (results in build/sanity/output/)"
 exit "$rc"
