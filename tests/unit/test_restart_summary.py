@@ -1,0 +1,56 @@
+"""The restart summary: its first line says where the host stands, for every way a restart ends."""
+from __future__ import annotations
+
+from ansible_collections.llmops.sglang.plugins.filter.restart_summary import host_state, restart_summary
+
+PLAN_RUNNING = {"changed": True, "reason": "config_changed", "record": {"pid": 100, "log_path": "/l/old.log"},
+                "changes": [{"key": "args"}]}
+TD = {"changed": True, "targets": [{"pid": 100}], "killed": [{"pid": 100, "name": "python3", "signal": "SIGTERM"},
+                                                              {"pid": 101, "name": "sglang::scheduler", "signal": "SIGTERM"}],
+      "shm_removed": [], "timings": {"plan": 0.1, "term": 0.4}}
+LAUNCH = {"changed": True, "pid": 200, "log_path": "/l/new.log", "record": {"sglang_version": "0.5.23", "interpreter": "/v/bin/python"}}
+READY = {"ready": True, "elapsed": 3.0, "since_launch": 3.2, "server_version": "0.5.23", "log_path": "/l/new.log",
+         "timeline": [{"phase": "weight load begin", "seconds": 1.0}, {"phase": "ready", "seconds": 3.2}]}
+
+
+def test_new_config_serving() -> None:
+    lines = restart_summary({"name": "ex", "host": "gpu-1", "plan": PLAN_RUNNING, "teardown": TD,
+                             "launch": LAUNCH, "ready": READY, "verified": "dump written"})
+    assert lines[0] == "ex on gpu-1: serving NEW config"
+    assert "plan: config_changed; changes: args" in lines
+    assert "stopped: 2 processes (python3 x1, sglang::scheduler x1; 2 by SIGTERM) in 0.5 s, 0 files removed" in lines
+    assert "launch: pid 200, sglang 0.5.23 from /v/bin/python" in lines
+    assert "startup timeline: weight load begin +1.0s, ready +3.2s" in lines
+    assert lines[-1] == "log: tail -f /l/new.log"
+
+
+def test_unchanged() -> None:
+    assert host_state({"plan": {"changed": False, "record": {"pid": 5}}, "teardown": {"skipped": True},
+                       "launch": {"skipped": True}, "ready": READY}).startswith("serving (unchanged")
+
+
+def test_preflight_failure_stopped_nothing() -> None:
+    state = host_state({"plan": dict(PLAN_RUNNING, failed=True), "failed_task": "Plan the restart"})
+    assert state == "FAILED before anything was stopped: serving OLD config (untouched)"
+
+
+def test_crash_after_teardown_is_down() -> None:
+    data = {"plan": PLAN_RUNNING, "teardown": TD, "launch": LAUNCH, "ready": {"ready": False, "reason": "fatal_log"},
+            "failed_task": "Wait until the server is ready"}
+    assert host_state(data) == "DOWN (no server)"
+    assert "ready: NO (fatal_log)" in restart_summary(data)
+
+
+def test_rolled_back_and_rollback_failed() -> None:
+    base = {"plan": PLAN_RUNNING, "teardown": TD, "launch": LAUNCH, "failed_task": "Wait until the server is ready"}
+    assert host_state(dict(base, rollback={"attempted": True, "rolled_back": True, "pid": 300})) == \
+        "serving OLD config (rolled back)"
+    assert host_state(dict(base, rollback={"attempted": True, "rolled_back": False, "reason": "fatal_log"})) == \
+        "DOWN (no server: the rollback failed too)"
+
+
+def test_check_mode() -> None:
+    data = {"check_mode": True, "needed": True, "plan": PLAN_RUNNING, "teardown": dict(TD, killed=[])}
+    lines = restart_summary(data)
+    assert lines[0].endswith("check mode: would restart")
+    assert "stopped: nothing; would stop 1 processes (100) and remove 0 files" in lines
