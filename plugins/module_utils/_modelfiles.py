@@ -105,7 +105,7 @@ def _index_shards(directory: str, index_name: str) -> List[str]:
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise SglangError("%s has no weight_map listing the shards" % path, reason="bad_index", path=path)
-    shards = sorted({v for v in weight_map.values()})
+    shards = sorted(set(weight_map.values()))
     for name in shards:
         norm = os.path.normpath(name) if isinstance(name, str) and name else ""
         if not norm or os.path.isabs(norm) or norm == ".." or norm.startswith(".." + os.sep):
@@ -192,8 +192,8 @@ def open_checked(entry: ModelFile, tree: str) -> int:
         where = _fd_path(fd)
         if (not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (entry.dev, entry.ino)
                 or (where is not None and not inside(where, tree))):
-            raise SglangError("%s changed after it was checked (now %s); not read" % (entry.path, where or "another file"),
-                              reason="unsafe_symlink", path=entry.path)
+            raise SglangError("%s changed after it was checked (now %s); not read"
+                              % (entry.path, where or "another file"), reason="unsafe_symlink", path=entry.path)
     except BaseException:
         os.close(fd)
         raise

@@ -353,13 +353,24 @@ def report(outcome: Outcome, opts: Options, detail: bool = False) -> Dict[str, A
         result.update(changed=outcome.read_anything, msg="read %s of %s in %.1f s (%.2f GB/s): %.1f%% was "
                       "resident before, %.1f%% now%s" % (
                           human(sums["read"]), where, seconds, result["gbps"], result["resident_before_pct"],
-                          result["resident_after_pct"], stop_text(outcome, floor_text)))
+                          result["resident_after_pct"], stop_text(outcome, floor_text, need, room)))
     return result
 
 
-def stop_text(outcome: Outcome, floor_text: str) -> str:
+def diff(result: Dict[str, Any], check_mode: bool) -> Dict[str, str]:
+    """Residency before and after (in check mode: what a run would reach)."""
+    after = result["resident_after_pct"]
+    if check_mode:
+        after = min(100.0, pct(result["resident_before"] + result["would_read_bytes"], result["bytes"]))
+    line = "page cache: %.1f%% of " + "%d bytes resident\n" % result["bytes"]
+    return {"before": line % result["resident_before_pct"], "after": line % after}
+
+
+def stop_text(outcome: Outcome, floor_text: str, need: int, room: int) -> str:
     if outcome.stopped == "memory_floor":
-        return "; stopped early at the memory floor (%s)" % floor_text
+        fit = "only %s of the %s not resident fit above it" % (human(room), human(need)) if need > room else \
+            "MemAvailable fell while reading"
+        return "; stopped early at the memory floor (%s; %s)" % (floor_text, fit)
     if outcome.stopped == "timeout":
-        return "; stopped early at the timeout"
+        return "; stopped early at the timeout (%.0f s)" % outcome.read_seconds
     return ""

@@ -238,7 +238,9 @@ memory:
   type: dict
   sample: {total: 2164000000000, available_before: 1900000000000, available_after: 1890000000000, floor: 216400000000}
 details:
-  description: One entry per file - name, resolved path, kind (V(weight) or V(aux)), size, resident bytes and percent before and after, bytes read, complete, seconds.
+  description:
+    - One entry per file - name, resolved path, kind (V(weight) or V(aux)), size, resident bytes
+      and percent before and after, bytes read, complete, seconds.
   returned: when O(detail=true)
   type: list
   elements: dict
@@ -283,10 +285,7 @@ def body(module: AnsibleModule) -> Dict[str, Any]:
     if outcome.stopped:
         module.warn(result["msg"])
     if module._diff:
-        expected = result["resident_after_pct"] if not module.check_mode else min(
-            100.0, _prewarm.pct(result["resident_before"] + result["would_read_bytes"], result["bytes"]))
-        result["diff"] = {"before": "page cache: %.1f%% of %d bytes resident\n" % (result["resident_before_pct"], result["bytes"]),
-                          "after": "page cache: %.1f%% of %d bytes resident\n" % (expected, result["bytes"])}
+        result["diff"] = _prewarm.diff(result, module.check_mode)
     return result
 
 

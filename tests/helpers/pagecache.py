@@ -92,7 +92,7 @@ def fs_type(path: str) -> str:
     real = os.path.realpath(path)
     with open("/proc/self/mountinfo") as fh:
         for line in fh:
-            left, _, right = line.partition(" - ")
+            left, right = line.split(" - ", 1)
             mount = left.split()[4]
             if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
                 best, kind = mount, right.split()[0]

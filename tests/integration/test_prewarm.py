@@ -116,7 +116,7 @@ def test_missing_psutil_is_named(model, scratch):
     os.makedirs(shim)
     with open(os.path.join(shim, "psutil.py"), "w") as fh:
         fh.write("raise ImportError('psutil hidden by the test')\n")
-    directory, _ = model
+    directory = model[0]
     result = run_module("sglang_prewarm", {"model_path": directory},
                         env={"PYTHONPATH": os.pathsep.join([shim, os.path.join(ROOT, "collections")])})
     assert result["failed"] and result["reason"] == "missing_library", result

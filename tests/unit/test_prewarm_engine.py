@@ -54,7 +54,7 @@ def opts(**kw) -> _prewarm.Options:
 # --- file selection and the tree rule -------------------------------------------------------
 
 def test_index_lists_the_shards_and_aux_files_come_first(model):
-    directory, _ = model
+    directory = model[0]
     sel = _modelfiles.select(directory)
     names = [f.name for f in sel.files]
     assert sel.source == "model.safetensors.index.json"
@@ -118,7 +118,7 @@ def test_tree_root_rule():
 
 
 def test_symlink_escaping_the_tree_is_refused_and_nothing_read(model, scratch):
-    directory, _ = model
+    directory = model[0]
     outside = os.path.join(scratch, "secret.bin")
     pc.write_file(outside, 2 * MIB)
     shard = os.path.join(directory, "model-00002-of-00003.safetensors")
@@ -153,7 +153,7 @@ def test_hf_snapshot_links_into_blobs_are_followed_but_not_into_another_repo(scr
 
 
 def test_symlinked_model_dir_is_followed(model, scratch):
-    directory, _ = model
+    directory = model[0]
     link = os.path.join(scratch, "current")
     os.symlink(directory, link)
     sel = _modelfiles.select(link)
@@ -161,7 +161,7 @@ def test_symlinked_model_dir_is_followed(model, scratch):
 
 
 def test_a_swap_after_the_check_is_not_read(model, scratch):
-    directory, _ = model
+    directory = model[0]
     sel = _modelfiles.select(directory)
     entry = sel.files[-1]
     outside = os.path.join(scratch, "elsewhere.bin")
@@ -180,7 +180,7 @@ def test_a_swap_after_the_check_is_not_read(model, scratch):
 
 def test_a_directory_swapped_for_a_symlink_after_the_check_is_not_read(model, scratch):
     """O_NOFOLLOW guards only the last component; the descriptor's own path guards the rest."""
-    directory, _ = model
+    directory = model[0]
     sel = _modelfiles.select(directory)
     entry = sel.files[-1]
     evil = os.path.join(scratch, "evil")
