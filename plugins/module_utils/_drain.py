@@ -1,0 +1,203 @@
+"""PRIVATE to llmops.sglang. Drain one SGLang server: wait (bounded) until it runs nothing.
+
+Used after the router stopped routing to the server and before its teardown. The server's own
+load is read, in this order, from:
+
+- GET /get_load (sglang 0.5.6 and earlier): one entry per DP rank,
+  {dp_rank, num_reqs (running + waiting), num_waiting_reqs, num_tokens}; some versions name the
+  fields num_running_reqs / num_queue_reqs.
+- GET /v1/loads (0.5.23, which dropped /get_load): {loads: [{dp_rank, num_running_reqs,
+  num_waiting_reqs, ...}]}.
+- GET /metrics (only with --enable-metrics): the gauges sglang:num_running_reqs and
+  sglang:num_queue_reqs, summed over their label sets.
+
+The first source that answers is kept for the rest of the wait. Read-only: nothing is sent to
+the server but GET requests. HTTP goes through ansible's open_url (_http): nothing to install.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+SOURCES = ("get_load", "v1_loads", "metrics")
+PATHS = {"get_load": "/get_load", "v1_loads": "/v1/loads", "metrics": "/metrics"}
+ON_TIMEOUT = ("fail", "proceed")
+
+_GAUGE = re.compile(r"^sglang:(num_running_reqs|num_queue_reqs)(?:\{[^}]*\})?\s+(\S+)", re.M)
+
+
+@dataclass
+class Load:
+    running: int
+    waiting: int
+    source: str
+
+    @property
+    def idle(self) -> bool:
+        return self.running == 0 and self.waiting == 0
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"running": self.running, "waiting": self.waiting, "source": self.source}
+
+
+def _int(value: Any) -> Optional[int]:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _rank_load(entry: Dict[str, Any]) -> Optional[Tuple[int, int]]:
+    """(running, waiting) of one DP rank, whatever the version calls them."""
+    waiting = _int(entry.get("num_waiting_reqs", entry.get("num_queue_reqs", 0))) or 0
+    if "num_running_reqs" in entry:
+        running = _int(entry["num_running_reqs"])
+    elif "num_reqs" in entry:  # 0.5.6: num_reqs counts the waiting ones too
+        total = _int(entry["num_reqs"])
+        running = None if total is None else max(0, total - waiting)
+    else:
+        return None
+    return None if running is None else (running, waiting)
+
+
+def _sum_ranks(entries: Any, source: str) -> Optional[Load]:
+    if isinstance(entries, dict):
+        entries = [entries]
+    if not isinstance(entries, list) or not entries:
+        return None
+    loads = [_rank_load(e) for e in entries if isinstance(e, dict)]
+    if not loads or any(item is None for item in loads):
+        return None
+    return Load(sum(r for r, _ in loads), sum(w for _, w in loads), source)  # type: ignore[misc]
+
+
+def parse_get_load(body: Any) -> Optional[Load]:
+    return _sum_ranks(body, "get_load")
+
+
+def parse_v1_loads(body: Any) -> Optional[Load]:
+    return _sum_ranks(body.get("loads"), "v1_loads") if isinstance(body, dict) else None
+
+
+def parse_metrics(text: Any) -> Optional[Load]:
+    if not isinstance(text, str):
+        return None
+    totals: Dict[str, float] = {}
+    for name, value in _GAUGE.findall(text):
+        try:
+            totals[name] = totals.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    if "num_running_reqs" not in totals:
+        return None
+    return Load(int(totals["num_running_reqs"]), int(totals.get("num_queue_reqs", 0)), "metrics")
+
+
+PARSERS: Dict[str, Callable[[Any], Optional[Load]]] = {
+    "get_load": parse_get_load, "v1_loads": parse_v1_loads, "metrics": parse_metrics}
+
+Fetch = Callable[[str], _http.Response]
+
+
+class Unreachable(Exception):
+    """No answer at all from the server (it is not running): there is nothing to drain."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def read_load(fetch: Fetch, sources: List[str]) -> Load:
+    """The first source in `sources` that answers with a load; SglangError when none does."""
+    tried: List[str] = []
+    for source in sources:
+        resp = fetch(PATHS[source])
+        if resp.status is None:
+            raise Unreachable(resp.error or "no answer")
+        if resp.status in (401, 403):
+            raise SglangError("%s answered HTTP %d: api_key missing or wrong" % (PATHS[source], resp.status),
+                              reason="unauthorized")
+        load = PARSERS[source](resp.body) if resp.status == 200 else None
+        if load is not None:
+            return load
+        tried.append("%s: HTTP %s" % (PATHS[source], resp.status))
+    raise SglangError("the server reports no load (%s); start it with --enable-metrics for /metrics"
+                      % "; ".join(tried), reason="no_load_source", tried=tried)
+
+
+@dataclass
+class Options:
+    timeout: float = 300.0
+    poll_interval: float = 1.0
+    settle: float = 2.0
+    sources: List[str] = field(default_factory=lambda: list(SOURCES))
+    on_timeout: str = "fail"
+    check_mode: bool = False
+
+
+def validate(opts: Options) -> None:
+    if opts.timeout < 0 or opts.settle < 0:
+        raise SglangError("timeout and settle must be >= 0", reason="invalid_argument")
+    if not 0.05 <= opts.poll_interval <= 60:
+        raise SglangError("poll_interval must be between 0.05 and 60 s", reason="invalid_argument")
+    bad = [s for s in opts.sources if s not in SOURCES]
+    if bad or not opts.sources:
+        raise SglangError("sources must be a non-empty list of %s (got %s)" % (", ".join(SOURCES), bad),
+                          reason="invalid_argument")
+    if opts.on_timeout not in ON_TIMEOUT:
+        raise SglangError("on_timeout must be one of %s" % ", ".join(ON_TIMEOUT), reason="invalid_argument")
+
+
+def drain(fetch: Fetch, opts: Options, clock: Callable[[], float] = time.monotonic,
+          sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+    """Poll until the server runs and queues nothing for `settle` seconds in a row (a request
+    the router sent just before it dropped the worker still counts), or until `timeout`."""
+    validate(opts)
+    started = clock()
+    deadline = started + opts.timeout
+    sources = list(opts.sources)
+    samples: List[Dict[str, Any]] = []
+    idle_since: Optional[float] = None
+    peak = 0
+    while True:
+        now = clock()
+        try:
+            load = read_load(fetch, sources)
+        except Unreachable as exc:
+            return _done(True, "unreachable", "the server does not answer (%s): nothing to drain"
+                         % exc.error, None, samples, peak, started, clock)
+        sources = [load.source]  # keep to the source that answered
+        peak = max(peak, load.running + load.waiting)
+        if not samples or (load.running, load.waiting) != (samples[-1]["running"], samples[-1]["waiting"]):
+            samples.append(dict(load.as_dict(), at=round(now - started, 2)))
+        idle_since = (idle_since if idle_since is not None else now) if load.idle else None
+        if opts.check_mode:
+            return _done(load.idle, "check_mode", "check mode: the server runs %d and queues %d requests"
+                         % (load.running, load.waiting), load, samples, peak, started, clock)
+        if idle_since is not None and now - idle_since >= opts.settle:
+            return _done(True, "drained", "drained: no running or waiting request for %.1f s (%s)"
+                         % (opts.settle, PATHS[load.source]), load, samples, peak, started, clock)
+        if now >= deadline and load.idle:  # idle at the deadline: the settle time is cut short
+            return _done(True, "drained", "drained: no running or waiting request at the deadline (%s)"
+                         % PATHS[load.source], load, samples, peak, started, clock)
+        if now >= deadline:
+            msg = ("still %d running and %d waiting requests after %.0f s (drain timeout)"
+                   % (load.running, load.waiting, opts.timeout))
+            if opts.on_timeout == "fail":
+                raise SglangError(msg + ". Nothing was stopped.", reason="timeout",
+                                  load=load.as_dict(), samples=samples, peak=peak)
+            return _done(False, "timeout", msg + ": proceeding (on_timeout=proceed)", load, samples,
+                         peak, started, clock)
+        sleep(max(0.01, min(opts.poll_interval, deadline - now)))
+
+
+def _done(drained: bool, reason: str, msg: str, load: Optional[Load], samples: List[Dict[str, Any]],
+          peak: int, started: float, clock: Callable[[], float]) -> Dict[str, Any]:
+    return {"changed": False, "drained": drained, "reason": reason, "msg": msg,
+            "load": load.as_dict() if load else None, "source": load.source if load else None,
+            "peak": peak, "samples": samples[-50:], "elapsed": round(clock() - started, 3)}
