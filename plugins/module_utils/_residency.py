@@ -9,7 +9,6 @@ file of hundreds of GB needs neither one huge mapping nor one huge vector.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import os
 from typing import Optional
@@ -28,7 +27,8 @@ _LIBC: Optional[ctypes.CDLL] = None
 def _libc() -> ctypes.CDLL:
     global _LIBC
     if _LIBC is None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        # The running interpreter already links libc: no ctypes.util.find_library (it runs ldconfig).
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = ctypes.c_void_p
         libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                               ctypes.c_int, ctypes.c_int64]

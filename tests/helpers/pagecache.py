@@ -79,7 +79,7 @@ def evict(paths: List[str]) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-    left = {p: resident(p) for p in paths if resident(p)}
+    left = {p: n for p, n in ((p, resident(p)) for p in paths) if n}
     if left:
         raise AssertionError("posix_fadvise(DONTNEED) did not evict %s (filesystem %s): this test needs a "
                              "filesystem whose page cache can be evicted per file (ext4, xfs), not "
