@@ -1,0 +1,82 @@
+# -*- coding: utf-8 -*-
+"""Filters for the restart report (HTML + Markdown, rendered on the controller by the
+sglang_report role): one row per host from its step results, and the startup timeline as an
+inline SVG bar chart (no JavaScript, no network)."""
+from __future__ import annotations
+
+from html import escape
+from typing import Any, Dict, List, Mapping
+
+from ansible_collections.llmops.sglang.plugins.filter.restart_summary import host_state
+
+# One colour per startup phase family, in the order SGLang goes through them.
+_PHASE_COLOURS = (
+    ("init", "#8da0cb"), ("weight", "#fc8d62"), ("kv", "#e78ac3"), ("memory", "#e78ac3"),
+    ("cuda graph", "#a6d854"), ("http", "#66c2a5"), ("warmup", "#ffd92f"), ("ready", "#1b9e77"),
+)
+
+
+def _colour(phase: str) -> str:
+    for key, colour in _PHASE_COLOURS:
+        if key in phase:
+            return colour
+    return "#b3b3b3"
+
+
+def _d(data: Mapping[str, Any], key: str) -> Dict[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def restart_report_row(data: Mapping[str, Any]) -> Dict[str, Any]:
+    """One host of the report, from the same step results restart_summary takes."""
+    plan, td, launch, ready = (_d(data, k) for k in ("plan", "teardown", "launch", "ready"))
+    td_s = sum(float(v) for v in (td.get("timings") or {}).values()) if td.get("timings") else 0.0
+    restarted = bool(launch.get("changed"))
+    return {
+        "host": data.get("host", "?"),
+        "name": data.get("name", "?"),
+        "state": host_state(data),
+        "ok": not data.get("failed_task") or bool(_d(data, "rollback").get("rolled_back")),
+        "old_pid": (plan.get("record") or {}).get("pid"),
+        "new_pid": launch.get("pid") if restarted else None,
+        # teardown + start-up of the new server; None while the host is down (downtime still running)
+        "downtime_s": round(td_s + float(ready.get("since_launch") or 0), 2) if restarted and ready.get("ready") else None,
+        "timeline": [{"phase": str(s.get("phase")), "seconds": float(s.get("seconds") or 0)}
+                     for s in ready.get("timeline") or []],
+        "verified": data.get("verified") or "not run",
+        "reason": ready.get("reason") or plan.get("reason") or "",
+        "decisive_lines": list(ready.get("decisive_lines") or [])[:40],
+        "log_path": ready.get("log_path") or launch.get("log_path") or "",
+    }
+
+
+def timeline_svg(timeline: List[Mapping[str, Any]], width: int = 640, bar: int = 18) -> str:
+    """Horizontal bars, one per phase, from the previous phase's end to this one's time."""
+    steps = [(str(s.get("phase")), float(s.get("seconds") or 0)) for s in timeline or []]
+    if not steps:
+        return '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" role="img" ' \
+               'aria-label="no startup timeline"><text x="4" y="14" font-size="12">no startup timeline</text></svg>' \
+               % (width, bar + 4)
+    total = max(sec for _, sec in steps) or 1.0
+    label_w, pad = 150, 4
+    scale = (width - label_w - 60) / total
+    rows: List[str] = []
+    start = 0.0
+    for i, (phase, sec) in enumerate(steps):
+        y = pad + i * (bar + pad)
+        x = label_w + start * scale
+        w = max(2.0, (sec - start) * scale)
+        rows.append('<text x="0" y="%d" font-size="12">%s</text>' % (y + bar - 5, escape(phase)))
+        rows.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s: %.1f s to %.1f s</title></rect>'
+                    % (x, y, w, bar, _colour(phase), escape(phase), start, sec))
+        rows.append('<text x="%.1f" y="%d" font-size="11">%.1fs</text>' % (x + w + 3, y + bar - 5, sec))
+        start = max(start, sec)
+    height = pad + len(steps) * (bar + pad)
+    return ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" role="img" '
+            'aria-label="startup timeline">%s</svg>' % (width, height, "".join(rows)))
+
+
+class FilterModule:
+    def filters(self) -> Dict[str, Any]:
+        return {"restart_report_row": restart_report_row, "timeline_svg": timeline_svg}
