@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import describe_cmdline
+
 # Log levels above INFO hide "The server is fired up and ready to roll!" (an INFO line).
 _QUIET_LEVELS = ("warning", "error", "critical")
 GIB = 1024.0 ** 3
@@ -30,8 +32,7 @@ def age(seconds: Optional[float]) -> str:
 
 
 def _cmd(argv: Iterable[str], limit: int = 160) -> str:
-    text = " ".join(argv)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return describe_cmdline(list(argv), limit=limit)
 
 
 def interpreter(interp: Optional[Dict[str, Any]], elsewhere: List[Dict[str, Any]]) -> List[str]:

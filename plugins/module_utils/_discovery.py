@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _redact
 from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import _venv_root_of
 from ansible_collections.llmops.sglang.plugins.module_utils._ports import Listener, listeners_by_pid
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import redact_argv, redact_env
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, redact_env
 
 # Environment variables worth showing for a server (reference/sglang.md, "Environment variables").
 _ENV_PREFIXES = ("SGLANG_", "SGL_", "NCCL_", "LLMOPS_SGLANG_", "TORCH_", "HF_")
@@ -47,7 +47,7 @@ class Member:
             "pid": p.pid, "ppid": p.ppid, "pgid": p.pgid, "sid": p.sid, "role": self.role,
             "rank": "_".join(_RANK.findall(title)) or None, "user": p.user, "state": p.state,
             "start_time": p.start_time, "orphaned": self.orphaned, "reason": self.reason,
-            "cmdline": redact_argv(p.cmdline) if p.cmdline else ["[%s]" % p.comm],
+            "cmdline": mask_cmdline(p.cmdline) if p.cmdline else ["[%s]" % p.comm],
         }
 
 
@@ -73,7 +73,7 @@ class Server:
 
     @property
     def argv(self) -> List[str]:
-        return redact_argv(self.main.cmdline) if self.main is not None else []
+        return mask_cmdline(self.main.cmdline) if self.main is not None else []
 
     def args(self) -> Dict[str, Any]:
         return parse_args(self.argv)
@@ -309,4 +309,27 @@ def server_of_pid(servers: Iterable[Server], pid: int) -> Optional[Server]:
     for server in servers:
         if pid in server.pids:
             return server
+    return None
+
+
+def credential_refusal(servers: Iterable[Server], socks: List[Listener], user: str) -> Optional[str]:
+    """None when every process holding these listening sockets is a member of a recognised
+    sglang server run by `user`: only such a listener may receive an api key. Otherwise the
+    sentence saying why not, naming the holder (command line masked)."""
+    if not socks:
+        return "nothing listens there"
+    by_pid = {m.proc.pid: m for s in servers for m in s.members}
+    for sock in socks:
+        if not sock.pids:
+            return "the owner of %s:%d is not visible to uid %d (another user's process)" % (
+                sock.address, sock.port, os.geteuid())
+        for pid in sock.pids:
+            member = by_pid.get(pid)
+            if member is None:
+                proc = _procs.read_proc(pid)
+                return "pid %d (user %s: %s) is not an sglang server" % (
+                    pid, proc.user if proc else "?",
+                    _redact.describe_cmdline(proc.cmdline, proc.comm, 200) if proc else "gone")
+            if member.proc.user != user:
+                return "pid %d is an sglang server of user %s, not of %s" % (pid, member.proc.user, user)
     return None

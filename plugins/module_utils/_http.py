@@ -85,3 +85,16 @@ def model_info(host: str, port: int, api_key: Optional[str] = None,
         if resp.status is None:
             return None, resp.error
     return None, resp.error
+
+
+# Served by the HTTP layer of the main process without a scheduler round trip (`/health` runs a
+# generation and may take seconds on a busy server). Any HTTP status is an answer.
+LIVENESS_PATH = "/v1/models"
+
+
+def answers(host: str, port: int, timeout: float) -> Dict[str, Any]:
+    """Does the server on host:port answer HTTP at all within `timeout`? No credentials are
+    sent: a 401 is an answer too. {endpoint, timeout, answered, status, error}."""
+    resp = request(host, port, LIVENESS_PATH, timeout=timeout)
+    return {"endpoint": LIVENESS_PATH, "timeout": timeout, "answered": resp.status is not None,
+            "status": resp.status, "error": None if resp.status is not None else resp.error}

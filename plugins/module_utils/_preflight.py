@@ -19,6 +19,8 @@ ENTRYPOINTS = ("auto", "launch_server", "serve")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MARKERS = (_procs.MARKER_INSTANCE, _procs.MARKER_LAUNCH_ID, _procs.MARKER_STATE_DIR)
+# Checks whose failure has a reason code of its own (when they are the only failures).
+_REASONS = {"space": "no_space", "port_free": "port_busy", "port_holders": "port_busy"}
 
 
 @dataclass
@@ -43,6 +45,12 @@ class Report:
 
     def skip(self, name: str, msg: str) -> None:
         self.checks.append({"name": name, "status": "skipped", "msg": msg})
+
+    def reason(self) -> str:
+        """The failure's reason code: a check's own code when every failed check shares it
+        (`no_space`, `port_busy`), else `preflight_failed`."""
+        codes = {_REASONS.get(c["name"], "preflight_failed") for c in self.checks if c["status"] == "failed"}
+        return codes.pop() if len(codes) == 1 else "preflight_failed"
 
     def to_dict(self) -> Dict[str, Any]:
         return {"checks": list(self.checks), "errors": list(self.errors), "warnings": list(self.warnings)}
@@ -329,35 +337,62 @@ def _is_instance_pid(pid: int, members: Set[int], launch_id: Optional[str]) -> b
     return bool(marker and launch_id and marker.get(_procs.MARKER_LAUNCH_ID) == launch_id)
 
 
-def port_holders(port: int) -> List[Dict[str, Any]]:
+FOREIGN_POLICIES = ("fail", "kill")
+
+
+def _holder_kind(pid: int, members: Set[int], launch_id: Optional[str]) -> Tuple[bool, Optional[str]]:
+    """(this instance?, why it is an sglang server process of the module's user, or None).
+    Another user's process never counts as sglang here: a restart's teardown would not (and
+    must not) stop it, and its command line proves nothing."""
+    if _is_instance_pid(pid, members, launch_id):
+        return True, "this instance"
+    proc = _procs.read_proc(pid)
+    if proc is None or proc.uid != os.geteuid():
+        return False, None
+    why = _procs.sglang_reason(proc)
+    if why is None:
+        marker = _procs.marker_of(pid) or {}
+        if marker.get(_procs.MARKER_INSTANCE):
+            why = "llmops instance %s" % marker[_procs.MARKER_INSTANCE]
+    return False, why
+
+
+def port_holders(port: int, record: Optional[Mapping[str, Any]] = None) -> List[Dict[str, Any]]:
+    """Every process listening on `port` (any address), described with secrets masked and
+    labelled: `instance` (the recorded launch), `sglang` (why it is an sglang server of this
+    user) and `foreign` (neither: a restart must not stop it unless told to)."""
+    members = instance_pids(record)
+    launch_id = record.get("launch_id") if record else None
     holders = []
     for listener in _ports.listeners([port]):
         if not listener.pids:
             holders.append({"pid": None, "user": None, "cmdline": [], "address": listener.address,
+                            "instance": False, "sglang": None, "foreign": True,
                             "note": "owner not visible (another user's process)"})
         for pid in listener.pids:
             proc = _procs.read_proc(pid)
+            ours, why = _holder_kind(pid, members, launch_id)
             holders.append({"pid": pid, "user": proc.user if proc else None,
-                            "cmdline": proc.cmdline if proc else [], "address": listener.address})
+                            "cmdline": _redact.mask_cmdline(proc.cmdline) if proc else [],
+                            "address": listener.address, "instance": ours, "sglang": why,
+                            "foreign": why is None})
     return holders
 
 
 def check_port(report: Report, host: str, port: int, record: Optional[Mapping[str, Any]],
                running: bool) -> Tuple[str, List[Dict[str, Any]]]:
     """('free' | 'instance' | 'busy', holders). The port may be held by this same instance
-    (the recorded, still-alive launch); anything else holding it is a foreign holder."""
+    (the recorded, still-alive launch); anything else holding it is another holder."""
     reason = _ports.can_bind(host, port)
-    holders = port_holders(port)
+    own = record if (running and record and record.get("port") == port) else None
+    holders = port_holders(port, own)
     if reason is None and not holders:
         report.ok("port_free", "port %d is free on %s" % (port, host))
         return "free", []
-    if running and record and record.get("port") == port:
-        members = instance_pids(record)
-        pids = [h["pid"] for h in holders]
-        if pids and all(p is not None and _is_instance_pid(p, members, record.get("launch_id")) for p in pids):
-            report.ok("port_free", "port %d is held by instance %r itself (pid %s)" % (
-                port, record.get("name"), ", ".join(str(p) for p in sorted(set(pids)))))
-            return "instance", holders
+    if own is not None and holders and all(h["instance"] for h in holders):
+        report.ok("port_free", "port %d is held by instance %r itself (pid %s)" % (
+            port, own.get("name"), ", ".join(str(p) for p in sorted({h["pid"] for h in holders}))))
+        return "instance", holders
     if reason is None:
         # Bindable on `host` but someone listens on another address of the same port.
         report.warn("port_free", "port %d is bindable on %s but also listened on by %s" % (
@@ -368,24 +403,94 @@ def check_port(report: Report, host: str, port: int, record: Optional[Mapping[st
     return "busy", holders
 
 
+def check_foreign_holders(report: Report, port: int, holders: List[Dict[str, Any]], policy: str) -> bool:
+    """A listener on the port that is neither this instance nor an sglang server of this user
+    (any address: a restart's teardown stops every listener of its ports) is refused unless
+    the operator opted in with foreign_port_holders: kill. True when refused."""
+    foreign = [h for h in holders if h.get("foreign")]
+    if not foreign:
+        return False
+    text = "port %d is held by %s, which is not an sglang server of user %s" % (
+        port, describe_holders(foreign), _procs.username(os.geteuid()))
+    if policy == "kill":
+        report.warn("port_holders", text + "; a restart's teardown will stop it (foreign_port_holders: kill)")
+        return False
+    report.fail("port_holders", text + ": nothing was stopped; stop it yourself, choose another port, or set "
+                "foreign_port_holders: kill to let a restart stop it")
+    return True
+
+
+def describe_holder(h: Mapping[str, Any]) -> str:
+    if h.get("pid") is None:
+        return "a process not visible to uid %d on %s" % (os.geteuid(), h.get("address"))
+    label = " [foreign]" if h.get("foreign") else ""
+    return "pid %s (user %s: %s)%s" % (h["pid"], h.get("user"),
+                                       _redact.describe_cmdline(h.get("cmdline") or [], limit=200), label)
+
+
 def describe_holders(holders: List[Dict[str, Any]]) -> str:
-    parts = []
-    for h in holders:
-        if h.get("pid") is None:
-            parts.append("a process not visible to uid %d on %s" % (os.geteuid(), h.get("address")))
-        else:
-            parts.append("pid %s (user %s: %s)" % (h["pid"], h.get("user"), " ".join(h.get("cmdline") or [])[:200]))
-    return "; ".join(parts)
+    return "; ".join(describe_holder(h) for h in holders)
 
 
-def _creatable(path: str) -> Optional[str]:
-    """None when `path` is (or can be created as) a writable directory, else why not."""
+# --- free space ------------------------------------------------------------------------------
+
+def nearest_existing(path: str) -> str:
+    """`path` or its nearest existing ancestor (what a directory not created yet would use)."""
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         parent = os.path.dirname(probe)
         if parent == probe:
             break
         probe = parent
+    return probe
+
+
+def _free(path: str) -> Tuple[float, Optional[int]]:
+    """(MiB available to this user, inodes available or None when the filesystem has no
+    inode limit, e.g. btrfs reports 0 inodes)."""
+    st = os.statvfs(path)
+    inodes = st.f_favail if st.f_files else None
+    return st.f_bavail * st.f_frsize / 1048576.0, inodes
+
+
+def check_space(report: Report, dirs: Mapping[str, str], min_free_mb: float, min_free_inodes: int) -> List[str]:
+    """Free space and inodes where the launch writes (log, state, TMPDIR), before anything is
+    stopped: a full disk would otherwise kill the new server after the old one is gone.
+    Returns the labels of the directories that are short."""
+    short_dirs: List[str] = []
+    for label, path in dirs.items():
+        if not os.path.isabs(path):
+            continue  # check_dirs reports it
+        at = nearest_existing(path)
+        where = "%s %s" % (label, path) if at == os.path.abspath(path) else \
+            "%s %s (measured at %s)" % (label, path, at)
+        try:
+            mib, inodes = _free(at)
+        except OSError as exc:
+            report.fail("space", "%s: cannot read free space: %s" % (where, exc.strerror or exc))
+            short_dirs.append(label)
+            continue
+        short = []
+        if mib < min_free_mb:
+            short.append("%.1f MiB free, below min_free_mb %s" % (mib, _num(min_free_mb)))
+        if inodes is not None and inodes < min_free_inodes:
+            short.append("%d inodes free, below min_free_inodes %d" % (inodes, min_free_inodes))
+        if short:
+            report.fail("space", "%s: %s" % (where, ", ".join(short)))
+            short_dirs.append(label)
+        else:
+            report.ok("space", "%s: %.0f MiB and %s inodes free" % (
+                where, mib, "unlimited" if inodes is None else inodes))
+    return short_dirs
+
+
+def _num(value: float) -> str:
+    return ("%d" % value) if float(value).is_integer() else ("%g" % value)
+
+
+def _creatable(path: str) -> Optional[str]:
+    """None when `path` is (or can be created as) a writable directory, else why not."""
+    probe = nearest_existing(path)
     if not os.path.isdir(probe):
         return "%s is not a directory" % probe
     if not os.access(probe, os.W_OK | os.X_OK):

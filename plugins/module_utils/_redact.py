@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 MASK = "********"
+# Result keys whose value is a secret wherever they appear (server_info, records, inputs).
+SECRET_KEYS = ("api_key", "admin_api_key", "hf_token")
 
 # Flags whose value is a secret (sglang: --api-key, --admin-api-key; hub tokens).
 SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--token")
@@ -14,7 +16,7 @@ _TEXT_PATTERNS = (
     re.compile(r"((?:admin_)?api_key\s*=\s*)('[^']*'|\"[^\"]*\"|[^,\s)]+)"),
     re.compile(r"(\"(?:admin_)?api_key\"\s*:\s*)(\"[^\"]*\")"),
     re.compile(r"(Bearer\s+)(\S+)"),
-    re.compile(r"(--(?:admin-)?api-key[= ]\s*)(\S+)"),
+    re.compile(r"(--(?:admin-api-key|api-key|hf-token|token)[= ]\s*)(\S+)"),
     re.compile(r"((?:HF_TOKEN|HUGGING_FACE_HUB_TOKEN)=)(\S+)"),
 )
 
@@ -83,3 +85,43 @@ def redact_tree(data: object, keys: Iterable[str] = ("api_key", "admin_api_key",
         return node
 
     return walk(data)
+
+
+# --- describing a process ----------------------------------------------------------------------
+
+def mask_cmdline(argv: Sequence[str], extra_flags: Iterable[str] = ()) -> List[str]:
+    """A process's argv fit to show: the value after every secret flag masked, and secret shapes
+    inside each argument too (a setproctitle title is one string: `srv --api-key X`)."""
+    return [redact_text(arg) for arg in redact_argv(argv, extra_flags)]
+
+
+def describe_cmdline(argv: Sequence[str], comm: Optional[str] = None, limit: int = 0) -> str:
+    """The one-line command line of a process for messages and results, secrets masked;
+    `[comm]` when it has none (kernel threads, zombies); cut to `limit` characters when > 0."""
+    text = " ".join(mask_cmdline(argv)) or ("[%s]" % comm if comm else "")
+    if limit and len(text) > limit:
+        text = text[:max(0, limit - 3)] + "..."
+    return text
+
+
+# --- the last line of defence: every module result ---------------------------------------------
+
+def redact_result(result: Mapping[str, Any], secrets: Iterable[Optional[str]] = ()) -> Dict[str, Any]:
+    """Copy of a module result fit to return: secret keys masked at any depth, lists of strings
+    read as argv (a value after a secret flag masked), every string through redact_text (secret
+    shapes and every literal secret value given)."""
+    values = [s for s in secrets if s]
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, Mapping):
+            return {k: (MASK if k in SECRET_KEYS and node[k] else walk(v)) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            items = list(node)
+            if items and all(isinstance(i, str) for i in items):
+                items = redact_argv(items)
+            return [walk(i) for i in items]
+        if isinstance(node, str):
+            return redact_text(node, values)
+        return node
+
+    return walk(dict(result))

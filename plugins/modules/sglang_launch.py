@@ -15,8 +15,11 @@ description:
     there (when not, names the interpreter and any venv that has sglang), every flag in O(args)
     exists in B(that) sglang version and every value is within its choices and type, O(model_path)
     exists (a local directory with C(config.json)) unless it is a hub id C(org/name), O(tp_size)
-    GPUs are visible, the port is free (or held by this same instance), the log and state
-    directories are writable, O(env) is valid, and the log level does not hide the ready line.
+    GPUs are visible, the port is free (or held by this same instance), no process that is
+    neither this instance nor an sglang server of the module's user listens on the port (on any
+    address), the log and state directories are writable, they and the instance C(TMPDIR) have
+    O(min_free_mb) MiB and O(min_free_inodes) inodes free, O(env) is valid, and the log level
+    does not hide the ready line.
   - Starts C(<venv>/bin/python -m sglang.launch_server) (or C(<venv>/bin/sglang serve)) under a
     small supervising parent in a new session (setsid), stdin from C(/dev/null), stdout and
     stderr to a fresh per-launch log C(<log_dir>/<name>-<UTC timestamp>.log) with the symlink
@@ -34,9 +37,14 @@ description:
     clear; the API key only reaches the server's command line, as sglang requires.
   - Idempotent - when the recorded server is alive (same pid and start time) with the same
     fingerprint (interpreter, sglang version, entry point, model, host, port, tp_size, args,
-    env and a digest of the API key), nothing is started (RV(reason) V(running)). A running
-    server with another fingerprint, or a port held by another process, fails with what differs
-    and who holds the port; this module never stops anything (use C(sglang_teardown)).
+    env and a digest of the API key) and answers HTTP within O(probe_timeout), nothing is
+    started (RV(reason) V(running)). A running server with another fingerprint, one that does
+    not answer (hung or stopped, RV(reason) V(unresponsive)), or a port held by another process,
+    fails with what differs and who holds the port; this module never stops anything (use
+    C(sglang_teardown)).
+  - Every result and failure passes through one redaction before it is returned - secret keys,
+    secret flag values in command lines (also inside one-string process titles) and every
+    literal secret value given are masked.
   - Holds the per-instance lock C(<state_dir>/<name>.lock) while deciding and launching.
 version_added: "0.1.0"
 author:
@@ -146,17 +154,63 @@ options:
         C(sglang_ready) waits for. Reported in RV(preflight.warnings).
     type: bool
     default: false
+  foreign_port_holders:
+    description:
+      - What a listener on O(port) (any address) that is neither this instance nor an sglang
+        server of the module's user means for the plan. A restart's teardown stops every listener
+        of its ports, so such a holder is refused by default.
+      - V(fail) - the preflight fails with RV(reason) V(port_busy), naming the holder (pid, user,
+        command line with secrets masked); nothing is stopped.
+      - V(kill) - the operator accepts that a restart stops it - check mode plans the change
+        (V(port_busy), changed) with the holder labelled C(foreign=true) in RV(port_holder), the
+        diff and RV(blockers). A real launch still never stops it.
+    type: str
+    choices: [fail, kill]
+    default: fail
+  min_free_mb:
+    description:
+      - MiB that must be free (for this user) on the filesystems of the log directory, the state
+        directory and the instance C(TMPDIR) (each measured at its nearest existing ancestor
+        when it does not exist yet). Below it the preflight fails with RV(reason) V(no_space),
+        before anything is stopped.
+    type: float
+    default: 100
+  min_free_inodes:
+    description:
+      - Inodes that must be free on the same filesystems (filesystems without an inode limit
+        are not checked). Below it the preflight fails with RV(reason) V(no_space).
+    type: int
+    default: 1000
+  probe_timeout:
+    description:
+      - Seconds a running server with the requested configuration has to answer an HTTP request
+        (C(GET /v1/models), no credentials; any HTTP status is an answer). One that does not
+        answer (hung, stopped) is RV(reason) V(unresponsive) - changed in check mode, so a restart
+        replaces it; a failure otherwise.
+    type: float
+    default: 5
+  spawn_timeout:
+    description:
+      - Seconds the server process may take to appear after the spawn (interpreter start-up;
+        cold venvs on network filesystems are slow). When none appears, the launch's session is
+        stopped and the task fails with RV(reason) V(spawn_timeout).
+    type: float
+    default: 30
 attributes:
   check_mode:
     support: full
     description:
       - Runs the whole preflight and starts nothing. A running instance with another fingerprint
         is reported as changed with RV(reason) V(config_changed) and the differences (this is how
-        the restart role plans); a port held by a foreign process is reported in RV(port_holder)
-        and RV(blockers) with RV(reason) V(port_busy).
+        the restart role plans); one that does not answer within O(probe_timeout) as changed with
+        RV(reason) V(unresponsive). A port held by an sglang server that is not this instance is
+        reported in RV(port_holder) and RV(blockers) with RV(reason) V(port_busy) (changed); a
+        foreign holder fails the plan unless O(foreign_port_holders=kill).
   diff_mode:
     support: full
-    description: Before/after fingerprint inputs (secrets masked).
+    description:
+      - Before/after fingerprint inputs (secrets masked); the "before" side starts with one
+        C(# port holder:) line per other listener on the port, labelled C([foreign]) when it is one.
 notes:
   - Requires Linux C(/proc). GPUs are counted with NVML (nvidia-ml-py) when importable, else C(nvidia-smi).
   - The server runs under a supervising parent (C(<state_dir>/llmops-sglang-supervisor.py)) that
@@ -209,13 +263,28 @@ changed:
   type: bool
 reason:
   description:
-    - V(new) (no record), V(not_running) (recorded server gone), V(running) (same server alive,
-      nothing done), V(config_changed) (alive with another fingerprint; check mode only, else a
-      failure), V(port_busy) (check mode, port held by a foreign process). On failure also
-      V(preflight_failed), V(died), V(locked), V(invalid_name).
+    - V(new) (no record), V(not_running) (recorded server gone), V(running) (same server alive
+      and answering, nothing done), V(config_changed) (alive with another fingerprint; check mode
+      only, else a failure), V(unresponsive) (alive with the same fingerprint but no HTTP answer
+      within O(probe_timeout); check mode only, else a failure), V(port_busy) (port held by
+      another sglang server - changed in check mode -, or by a foreign holder - a failure unless
+      O(foreign_port_holders=kill)).
+    - On failure also V(no_space) (below O(min_free_mb) or O(min_free_inodes)), V(preflight_failed)
+      (several kinds of preflight failure), and the reasons of the step that failed - V(bad_name),
+      V(unsafe_dir), V(locked), V(spawn_failed), V(spawn_timeout), V(died), V(io_error), ... -
+      taken from where the error was raised.
   returned: always
   type: str
   sample: new
+decision:
+  description: One sentence saying what was (or in check mode would be) done and why.
+  returned: always
+  type: str
+  sample: "instance 'serving' (pid 4242, stopped (state T)) runs the requested configuration but did not answer /v1/models within 5 s: it must be replaced"
+probe:
+  description: The HTTP probe of a running server that did not answer - C(endpoint), C(timeout), C(answered) (false), C(status), C(error), C(state) (process state, V(T) when stopped).
+  returned: when reason is unresponsive
+  type: dict
 pid:
   description: Main server process (the one that owns the port); null in check mode.
   returned: always
@@ -273,18 +342,24 @@ argv:
   type: list
   elements: str
 port_holder:
-  description: Processes listening on the port that are not this instance (pid, user, cmdline, address).
+  description:
+    - Processes listening on the port (any address) that are not this instance - C(pid), C(user),
+      C(cmdline) (secrets masked), C(address), C(instance) (false), C(sglang) (why it is an sglang
+      server of the module's user, or null) and C(foreign) (true when it is not - a plain
+      listener, another user's process, or one whose owner is not visible).
   returned: always
   type: list
   elements: dict
+  sample: [{pid: 4242, user: root, cmdline: [python3, -m, http.server, "8000"], address: 0.0.0.0,
+            instance: false, sglang: null, foreign: true}]
 blockers:
   description: Check mode - what would make the real launch fail although the preflight passed.
   returned: always
   type: list
   elements: str
 log_tail:
-  description: Last lines of the log (secrets masked) when the server died right after the launch.
-  returned: on failure with reason died
+  description: Last lines of the log (secrets masked) when the server died right after the launch or never appeared.
+  returned: on failure with reason died or spawn_timeout
   type: str
 diff:
   description: Fingerprint inputs before (the running server, if any) and after, as text.
@@ -297,7 +372,8 @@ from typing import Any, Dict, List, Optional
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _cliargs, _launcher, _lock, _preflight, _procs, _record, _redact
+from ansible_collections.llmops.sglang.plugins.module_utils import (
+    _cliargs, _exit, _http, _launcher, _lock, _preflight, _procs, _record, _redact)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 
@@ -323,9 +399,10 @@ def _is_running(record: Optional[Dict[str, Any]]) -> bool:
     return _procs.is_alive(record["pid"], record.get("start_time"))
 
 
-def _preflight_all(p: Dict[str, Any], state_dir: str, log_dir: str, check_mode: bool) -> Dict[str, Any]:
+def _preflight_all(p: Dict[str, Any], dirs: Dict[str, str], check_mode: bool) -> Dict[str, Any]:
     """Every check, in one pass; returns the validated values and the report."""
     report = _preflight.Report()
+    state_dir = dirs["state_dir"]
     port = _preflight.check_port_param(report, p["port"])
     tp_size = _preflight.check_tp_size(report, p["tp_size"])
     if p["keep_logs"] < 1:
@@ -333,7 +410,8 @@ def _preflight_all(p: Dict[str, Any], state_dir: str, log_dir: str, check_mode: 
     env = _preflight.check_env(report, p["env"])
     args = _preflight.check_args(report, p["args"])
     _preflight.check_log_level(report, args, p["allow_log_level_warning"])
-    _preflight.check_dirs(report, {"state_dir": state_dir, "log_dir": log_dir})
+    _preflight.check_dirs(report, {"state_dir": state_dir, "log_dir": dirs["log_dir"]})
+    full = _preflight.check_space(report, dirs, p["min_free_mb"], p["min_free_inodes"])
     interp = _preflight.check_interpreter(report, p["venv"], p["python"], timeout=30)
     entry, entry_argv, flags = None, [], None
     if interp is not None:
@@ -342,8 +420,8 @@ def _preflight_all(p: Dict[str, Any], state_dir: str, log_dir: str, check_mode: 
         if _preflight.check_sglang(report, interp, p["search_paths"]):
             entry, entry_argv = _preflight.choose_entrypoint(report, interp, p["entrypoint"])
             cache = os.path.join(state_dir, "introspect-cache")
-            if check_mode and not os.path.isdir(state_dir):
-                cache = None  # check mode creates nothing in a state dir that does not exist yet
+            if (check_mode and not os.path.isdir(state_dir)) or "state_dir" in full:
+                cache = None  # nothing is created in a state dir that does not exist yet, or is full
             flags = _preflight.check_flags(report, interp, args, cache, p["introspect_timeout"])
         else:
             report.skip("flags", "flags not checked: no sglang in %s" % interp.path)
@@ -357,9 +435,31 @@ def _preflight_all(p: Dict[str, Any], state_dir: str, log_dir: str, check_mode: 
             "model_path": model_path}
 
 
-def _diff(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]) -> Dict[str, str]:
-    return {"before": _cliargs.inputs_text(before), "after": _cliargs.inputs_text(after),
+def _holders_text(holders: List[Dict[str, Any]]) -> str:
+    """The port's other holders as diff lines: what a restart would stop."""
+    return "".join("# port holder: %s\n" % _preflight.describe_holder(h) for h in holders)
+
+
+def _diff(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]],
+          holders: List[Dict[str, Any]]) -> Dict[str, str]:
+    return {"before": _holders_text(holders) + _cliargs.inputs_text(before), "after": _cliargs.inputs_text(after),
             "before_header": "running server", "after_header": "requested server"}
+
+
+class _Failed(Exception):
+    """A failure that carries the whole result built so far (preflight, holders, diff...)."""
+
+    def __init__(self, msg: str, result: Dict[str, Any]) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.result = result
+
+
+def _fail(msg: str, result: Dict[str, Any], reason: Optional[str] = None) -> None:
+    if reason is not None:
+        result["reason"] = reason
+    result["decision"] = result.get("decision") or msg
+    raise _Failed(msg, result)
 
 
 def _run(module: AnsibleModule) -> Dict[str, Any]:
@@ -367,17 +467,18 @@ def _run(module: AnsibleModule) -> Dict[str, Any]:
     name = _record.validate_name(p["name"])
     state_dir = os.path.abspath(p["state_dir"] or _record.default_state_dir())
     log_dir = os.path.abspath(p["log_dir"] or os.path.join(state_dir, "logs"))
+    dirs = {"state_dir": state_dir, "log_dir": log_dir, "tmpdir": _record.tmpdir_path(state_dir, name)}
     api_key = p["api_key"] or None
-    result: Dict[str, Any] = {"changed": False, "reason": None, "pid": None, "log_path": None,
-                              "port_holder": [], "blockers": []}
-    pf = _preflight_all(p, state_dir, log_dir, module.check_mode)
+    result: Dict[str, Any] = {"changed": False, "reason": None, "decision": None, "pid": None,
+                              "log_path": None, "port_holder": [], "blockers": []}
+    pf = _preflight_all(p, dirs, module.check_mode)
     report: _preflight.Report = pf["report"]
     result["preflight"] = report.to_dict()
     interp = pf["interp"]
     if interp is not None:
         result["interpreter"] = interp.to_dict()
     argv: List[str] = []
-    hashed = redacted = None
+    redacted = None
     fp = None
     if pf["entry"] and pf["port"] is not None and pf["tp_size"] is not None:
         argv = _cliargs.server_argv(pf["entry_argv"], pf["model_path"], p["host"], pf["port"], pf["tp_size"],
@@ -392,84 +493,119 @@ def _run(module: AnsibleModule) -> Dict[str, Any]:
 
     # Check mode and a failed preflight act on nothing: no lock (which would create the state dir).
     locked = not module.check_mode and not report.errors
+    ctx = {"name": name, "state_dir": state_dir, "log_dir": log_dir, "interp": interp, "argv": argv,
+           "pf": pf, "secrets": secrets, "host": p["host"], "keep_logs": p["keep_logs"],
+           "probe_timeout": p["probe_timeout"], "spawn_timeout": p["spawn_timeout"]}
     try:
         with (_lock.instance_lock(state_dir, name, p["lock_timeout"]) if locked else _NoLock()):
-            record = _record.read_record(state_dir, name) if os.path.isdir(state_dir) else None
-            running = _is_running(record)
-            port_state, holders = "free", []
-            if pf["port"] is not None:
-                port_report = _preflight.Report()
-                port_state, holders = _preflight.check_port(port_report, p["host"], pf["port"],
-                                                            record if running else None, running)
-                report.checks.extend(port_report.checks)
-                report.warnings.extend(port_report.warnings)
-                # When preflight fails anyway, a busy port is named with the other failures so
-                # one run lists them all (alone, it is the port_busy decision below).
-                if report.errors:
-                    report.errors.extend(e for e in port_report.errors if e not in report.errors)
-                if port_state == "busy":
-                    result["port_holder"] = holders
-            result["preflight"] = report.to_dict()
-            if report.errors:
-                result["reason"] = "preflight_failed"
-                return _fail(module, "preflight failed: " + "; ".join(report.errors), result)
-            return _decide(module, result, record, running, port_state, holders, fp, redacted, {
-                "name": name, "state_dir": state_dir, "log_dir": log_dir, "interp": interp, "argv": argv,
-                "pf": pf, "secrets": secrets, "host": p["host"], "keep_logs": p["keep_logs"]})
+            return _plan(module, p, result, report, pf, fp, redacted, ctx)
     except SglangError as exc:
+        # The reason comes from where it was raised (locked, died, spawn_failed, unsafe_dir...);
+        # the result so far (preflight, interpreter, fingerprint) goes with it.
         details = dict(exc.details)
-        result["reason"] = details.pop("reason", None) or ("locked" if "refusing to interleave" in exc.msg else "error")
-        if "log_tail" in details:
-            details["log_tail"] = _redact.redact_text(details["log_tail"] or "", secrets)
+        result["reason"] = details.pop("reason", None) or "error"
         result.update(details)
-        return _fail(module, exc.msg, result)
+        raise _Failed(exc.msg, result)
 
 
-def _fail(module: AnsibleModule, msg: str, result: Dict[str, Any]) -> Dict[str, Any]:
-    result["failed"] = True
-    result["msg"] = msg
-    return result
+def _plan(module: AnsibleModule, p: Dict[str, Any], result: Dict[str, Any], report: _preflight.Report,
+          pf: Dict[str, Any], fp: Optional[str], redacted: Optional[Dict[str, Any]],
+          ctx: Dict[str, Any]) -> Dict[str, Any]:
+    """Under the lock: the record, the port and its holders, then the decision."""
+    record = _record.read_record(ctx["state_dir"], ctx["name"]) if os.path.isdir(ctx["state_dir"]) else None
+    running = _is_running(record)
+    port_state, holders = "free", []
+    if pf["port"] is not None:
+        port_report = _preflight.Report()
+        port_state, holders = _preflight.check_port(port_report, p["host"], pf["port"],
+                                                    record if running else None, running)
+        report.checks.extend(port_report.checks)
+        report.warnings.extend(port_report.warnings)
+        # A foreign holder fails the preflight on its own (naming it once); a busy port alone
+        # is the port_busy decision below, named with the other failures when there are some.
+        refused = _preflight.check_foreign_holders(report, pf["port"], holders, p["foreign_port_holders"])
+        if report.errors and not refused:
+            report.errors.extend(e for e in port_report.errors if e not in report.errors)
+        result["port_holder"] = [h for h in holders if not h.get("instance")]
+    result["preflight"] = report.to_dict()
+    if module._diff:
+        before = record.get("fingerprint_inputs") if (record and running) else None
+        result["diff"] = _diff(before, redacted, result["port_holder"])
+    if report.errors:
+        _fail("preflight failed: " + "; ".join(report.errors), result, report.reason())
+    return _decide(module, result, record, running, port_state, holders, fp, redacted, ctx)
+
+
+def _unresponsive(record: Dict[str, Any], host: str, port_state: str, timeout: float) -> Optional[Dict[str, Any]]:
+    """The probe of a running server that holds its port, when it does not answer HTTP within
+    `timeout` (a hung or stopped server); None when it answers or is not listening yet."""
+    if port_state != "instance" or not isinstance(record.get("port"), int):
+        return None
+    probe = _http.answers(host, record["port"], timeout)
+    if probe["answered"]:
+        return None
+    proc = _procs.read_proc(record["pid"])
+    probe["state"] = proc.state if proc else None
+    return probe
 
 
 def _decide(module: AnsibleModule, result: Dict[str, Any], record: Optional[Dict[str, Any]], running: bool,
             port_state: str, holders: List[Dict[str, Any]], fp: str, redacted: Dict[str, Any],
             ctx: Dict[str, Any]) -> Dict[str, Any]:
-    """running -> nothing; changed config -> report (check) or fail; else launch."""
-    before = record.get("fingerprint_inputs") if (record and running) else None
-    if module._diff:
-        result["diff"] = _diff(before, redacted)
+    """running and answering -> nothing; changed config or hung -> report (check) or fail; else launch."""
+    others = [h for h in holders if not h.get("instance")]
     if running:
+        before = record.get("fingerprint_inputs")
         result.update(pid=record.get("pid"), log_path=record.get("log_path"), record=record)
+        if others:
+            result["blockers"].append("port %s is also held by %s" % (redacted["port"], _preflight.describe_holders(others)))
         if record.get("fingerprint") == fp:
-            result["reason"] = "running"
-            if port_state == "busy":
-                result["preflight"]["warnings"].append(
-                    "instance %r is running but port %s is held by %s" % (
-                        ctx["name"], record.get("port"), _preflight.describe_holders(holders)))
-            return result
+            probe = _unresponsive(record, ctx["host"], port_state, ctx["probe_timeout"])
+            if probe is None:
+                result["reason"] = "running"
+                result["decision"] = "instance %r is running (pid %s) with the requested configuration: nothing to do" % (
+                    ctx["name"], record.get("pid"))
+                if others:
+                    result["preflight"]["warnings"].append(
+                        "instance %r is running but port %s is also held by %s" % (
+                            ctx["name"], record.get("port"), _preflight.describe_holders(others)))
+                return result
+            result["probe"] = probe
+            stopped = ", stopped (state T)" if probe.get("state") == "T" else ""
+            result["reason"] = "unresponsive"
+            result["decision"] = ("instance %r (pid %s%s) runs the requested configuration but did not answer %s "
+                                  "within %s s: it must be replaced" % (ctx["name"], record.get("pid"), stopped,
+                                                                      probe["endpoint"], _num(probe["timeout"])))
+            if module.check_mode:
+                result["changed"] = True
+                return result
+            _fail(result["decision"] + "; stop it first with sglang_teardown - sglang_launch never stops a server",
+                  result)
         changes = _cliargs.diff_inputs(before, redacted)
         result.update(reason="config_changed", changes=changes)
         summary = ", ".join("%s: %r -> %r" % (c["key"], c["before"], c["after"]) for c in changes)
-        if port_state == "busy":
-            result["blockers"].append("port %s is held by %s" % (redacted["port"], _preflight.describe_holders(holders)))
+        result["decision"] = "instance %r is running (pid %s) with another configuration (%s)" % (
+            ctx["name"], record.get("pid"), summary)
         if module.check_mode:
             result["changed"] = True
             return result
-        return _fail(module, "instance %r is running (pid %s) with another configuration (%s); stop it first "
-                             "with sglang_teardown - sglang_launch never stops a server"
-                     % (ctx["name"], record.get("pid"), summary), result)
+        _fail(result["decision"] + "; stop it first with sglang_teardown - sglang_launch never stops a server",
+              result)
     result["reason"] = "not_running" if record else "new"
     if port_state == "busy":
-        holder_text = _preflight.describe_holders(holders)
-        if module.check_mode:
-            result.update(changed=True, reason="port_busy")
-            result["blockers"].append("port %s on %s is held by %s" % (redacted["port"], ctx["host"], holder_text))
-            return result
+        holder_text = _preflight.describe_holders(others)
+        result["blockers"].append("port %s on %s is held by %s" % (redacted["port"], ctx["host"], holder_text))
         result["reason"] = "port_busy"
-        return _fail(module, "port %s on %s is held by %s; sglang_launch never stops a process - run "
-                             "sglang_teardown with ports: [%s] or choose another port"
-                     % (redacted["port"], ctx["host"], holder_text, redacted["port"]), result)
+        result["decision"] = "port %s on %s is held by %s" % (redacted["port"], ctx["host"], holder_text)
+        if module.check_mode:
+            result["changed"] = True
+            return result
+        _fail("%s; sglang_launch never stops a process - run sglang_teardown with ports: [%s] or choose "
+              "another port" % (result["decision"], redacted["port"]), result)
     result["changed"] = True
+    result["decision"] = "%s: a server %s started" % (
+        "no launch record" if not record else "the recorded server is gone",
+        "would be" if module.check_mode else "was")
     if module.check_mode:
         return result
     launched = _launch(ctx, fp, redacted)
@@ -477,24 +613,29 @@ def _decide(module: AnsibleModule, result: Dict[str, Any], record: Optional[Dict
     return result
 
 
+def _num(value: float) -> str:
+    return ("%d" % value) if float(value).is_integer() else ("%g" % value)
+
+
 def _launch(ctx: Dict[str, Any], fp: str, redacted: Dict[str, Any]) -> Dict[str, Any]:
+    """Start the server; the launcher writes the record, complete from its first write (so
+    there is never a server without a record) with these fields of the module's."""
     pf, interp = ctx["pf"], ctx["interp"]
-    spec = _launcher.LaunchSpec(
-        name=ctx["name"], state_dir=ctx["state_dir"], log_dir=ctx["log_dir"], python=interp.path,
-        venv=interp.venv if interp.is_venv else None, argv=ctx["argv"], env=pf["env"],
-        keep_logs=ctx["keep_logs"], secrets=ctx["secrets"],
-        extra_secret_flags=_cliargs.secret_arg_flags(pf["args"]))
-    launched = _launcher.spawn(spec)
-    launched.update({
+    fields = {
         "interpreter": interp.path, "venv": interp.venv, "sglang_version": interp.sglang_version,
         "entrypoint": pf["entry"], "fingerprint": fp, "fingerprint_inputs": redacted,
         "host": ctx["host"], "port": pf["port"], "tp_size": pf["tp_size"],
         "nnodes": _int(pf["args"].get("--nnodes"), 1), "node_rank": _int(pf["args"].get("--node-rank"), 0),
         "expect": _cliargs.expected_server_info(pf["model_path"], pf["tp_size"], pf["port"], pf["args"]),
         "record_version": _record.RECORD_VERSION,
-    })
-    _record.write_record(ctx["state_dir"], ctx["name"], launched)
-    return launched
+    }
+    spec = _launcher.LaunchSpec(
+        name=ctx["name"], state_dir=ctx["state_dir"], log_dir=ctx["log_dir"], python=interp.path,
+        venv=interp.venv if interp.is_venv else None, argv=ctx["argv"], env=pf["env"],
+        keep_logs=ctx["keep_logs"], secrets=ctx["secrets"],
+        extra_secret_flags=_cliargs.secret_arg_flags(pf["args"]), spawn_timeout=ctx["spawn_timeout"],
+        record_fields=fields)
+    return _launcher.spawn(spec)
 
 
 def _int(value: Any, default: int) -> int:
@@ -512,16 +653,36 @@ def _secret_values(value: Any) -> List[str]:
     return [str(value)] if value not in (None, True, False, "") else []
 
 
+def _param_secrets(p: Dict[str, Any]) -> List[str]:
+    """Every literal secret among the parameters: the api key, secret-looking env values and
+    secret flags in `args`."""
+    values = [p.get("api_key")]
+    values += [v for k, v in (p.get("env") or {}).items() if _redact.is_secret_env(str(k))]
+    values += [v for k, v in (p.get("args") or {}).items() if _cliargs.is_secret_arg(str(k))]
+    return [text for value in values for text in _secret_values(value)]
+
+
 def _register_secrets(module: AnsibleModule) -> None:
     """Secret env values (HF_TOKEN, *_PASSWORD...) and secret flags in `args` get Ansible's own
     no_log masking, so they never show in `invocation`, messages or -vvv output."""
-    p = module.params
-    secrets = [v for k, v in (p.get("env") or {}).items() if _redact.is_secret_env(str(k))]
-    secrets += [v for k, v in (p.get("args") or {}).items() if _cliargs.is_secret_arg(str(k))]
-    for value in secrets:
-        for text in _secret_values(value):
-            if len(text) >= 8:  # shorter values would mask unrelated text (paths) in results
-                module.no_log_values.add(text)
+    for text in _param_secrets(module.params):
+        if len(text) >= 8:  # shorter values would mask unrelated text (paths) in results
+            module.no_log_values.add(text)
+
+
+def _body(module: AnsibleModule) -> Dict[str, Any]:
+    """The module's work; every result and failure leaves through the same redaction."""
+    secrets = _param_secrets(module.params)
+    try:
+        if not os.path.isdir("/proc/self"):
+            raise SglangError("sglang_launch needs Linux /proc", reason="unsupported")
+        return _redact.redact_result(_run(module), secrets)
+    except _Failed as exc:
+        details = _redact.redact_result(exc.result, secrets)
+        details.pop("msg", None)
+        raise SglangError(exc.msg, **details)
+    except SglangError as exc:  # before the plan (a bad name): its reason is kept
+        raise SglangError(exc.msg, **_redact.redact_result(exc.details, secrets))
 
 
 def main() -> None:
@@ -548,27 +709,18 @@ def main() -> None:
             gpu_backend=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia-smi", "none"]),
             gpu_check=dict(type="bool", default=True),
             allow_log_level_warning=dict(type="bool", default=False),
+            foreign_port_holders=dict(type="str", default="fail", choices=list(_preflight.FOREIGN_POLICIES)),
+            min_free_mb=dict(type="float", default=100),
+            min_free_inodes=dict(type="int", default=1000),
+            probe_timeout=dict(type="float", default=5),
+            spawn_timeout=dict(type="float", default=30),
         ),
         mutually_exclusive=[("venv", "python")],
         required_one_of=[("venv", "python")],
         supports_check_mode=True,
     )
     _register_secrets(module)
-    try:
-        if not os.path.isdir("/proc/self"):
-            raise SglangError("sglang_launch needs Linux /proc", reason="unsupported")
-        result = _run(module)
-    except SglangError as exc:
-        details = dict(exc.details)
-        details.setdefault("reason", "invalid_name" if "instance name" in exc.msg else "error")
-        module.fail_json(msg=exc.msg, **details)
-    except Exception as exc:  # last resort: a precise message, never a traceback
-        module.fail_json(msg="sglang_launch failed unexpectedly: %s: %s" % (type(exc).__name__, exc),
-                         reason="internal_error")
-    if result.pop("failed", False):
-        msg = result.pop("msg")
-        module.fail_json(msg=msg, **result)
-    module.exit_json(**result)
+    _exit.run(module, _body, "sglang_launch", _param_secrets(module.params))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ description:
     matter (secrets redacted).
   - With O(ports), asks each port for C(/server_info) (fallback C(/get_server_info)) and
     C(/model_info); a port nobody answers on is reported in the result, not as a failure.
+    With O(api_key), a port is asked only when every process holding it is a member of a
+    recognised sglang server run by O(server_user); anything else gets no request at all and is
+    reported with its holder (RV(ports[].api_key_sent) false, the reason in RV(ports[].error)).
   - Reports GPU compute processes (tagged C(sglang) or C(foreign)), sglang-pattern files in
     C(/dev/shm) and whether a live process holds them, and a list of plain-sentence diagnoses.
 author:
@@ -73,7 +76,14 @@ options:
     elements: int
   api_key:
     description:
-      - API key sent as C(Authorization Bearer) to O(ports). Never shown in results.
+      - API key sent as C(Authorization Bearer) to O(ports) - only to a port held by a recognised
+        sglang server (by process title, C(python -m sglang.launch_server) or C(sglang serve)
+        command line, or instance marker) of O(server_user). Never shown in results.
+    type: str
+  server_user:
+    description:
+      - The user whose sglang server may receive O(api_key). Default - the user this module runs as
+        (the user C(sglang_launch) starts servers as).
     type: str
   http_timeout:
     description: Seconds each HTTP request to O(ports) may take.
@@ -188,8 +198,10 @@ servers:
   elements: dict
 ports:
   description:
-    - One entry per O(ports) item with listening, listeners, server (id), holders (foreign pids),
-      reachable, version, server_info and model_info (api keys redacted) and error.
+    - One entry per O(ports) item with listening, listeners, server (id), holders (foreign pids,
+      command lines with secrets masked), reachable, version, server_info and model_info (api keys
+      redacted), error, and api_key_sent (true only when O(api_key) went to a recognised sglang
+      server of O(server_user)).
   returned: when ports
   type: list
   elements: dict
@@ -221,8 +233,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _diagnosis, _procs
-from ansible_collections.llmops.sglang.plugins.module_utils._discovery import find_servers, server_of_pid
+from ansible_collections.llmops.sglang.plugins.module_utils import _diagnosis, _exit, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._discovery import (
+    credential_refusal, find_servers, server_of_pid)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._gpus import BACKENDS, query_gpus
 from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import (
@@ -230,7 +243,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import 
 from ansible_collections.llmops.sglang.plugins.module_utils._introspect import flag_lookup, introspect
 from ansible_collections.llmops.sglang.plugins.module_utils._ports import listeners
 from ansible_collections.llmops.sglang.plugins.module_utils._record import default_state_dir, read_json
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import redact_argv, redact_tree
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, redact_result, redact_tree
 from ansible_collections.llmops.sglang.plugins.module_utils._shm import scan
 
 
@@ -238,17 +251,20 @@ def _holder(pid, procs):
     proc = procs.get(pid) or _procs.read_proc(pid)
     if proc is None:
         return {"pid": pid, "user": None, "cmdline": []}
-    return {"pid": pid, "user": proc.user, "cmdline": redact_argv(proc.cmdline) or ["[%s]" % proc.comm]}
+    return {"pid": pid, "user": proc.user, "cmdline": mask_cmdline(proc.cmdline) or ["[%s]" % proc.comm]}
 
 
-def probe_port(port, servers, procs, api_key, timeout):
+def probe_port(port, servers, procs, api_key, timeout, server_user):
+    """Who holds `port`, and what it says about itself. The api key goes only to a recognised
+    sglang server of `server_user`; to anything else with a key given, nothing is sent."""
     # Imported here: ansible.module_utils.urls costs ~0.15 s, paid only when ports are asked for.
     from ansible_collections.llmops.sglang.plugins.module_utils import _http
 
     socks = listeners([port])
     rep = {"port": port, "listening": bool(socks), "listeners": [s.to_dict() for s in socks],
            "server": None, "holders": [], "reachable": False, "version": None,
-           "server_info": None, "model_info": None, "endpoint": None, "error": None}
+           "server_info": None, "model_info": None, "endpoint": None, "error": None,
+           "api_key_sent": False}
     if not socks:
         rep["error"] = "nothing listens on port %d (IPv4 or IPv6)" % port
         return rep
@@ -258,6 +274,13 @@ def probe_port(port, servers, procs, api_key, timeout):
             rep["server"] = server.id
         else:
             rep["holders"].append(_holder(pid, procs))
+    if api_key:
+        refusal = credential_refusal(servers, socks, server_user)
+        if refusal is not None:
+            rep["error"] = ("the api_key was not sent and nothing was asked: %s (the key goes only to an "
+                            "sglang server of user %s)" % (refusal, server_user))
+            return rep
+        rep["api_key_sent"] = True
     info, error, endpoint = _http.server_info(socks[0].address, port, api_key, timeout)
     rep["endpoint"] = endpoint
     if info is None:
@@ -356,7 +379,8 @@ def run_probe(module):
     result["servers"] = [s.to_dict(now) for s in servers]
     result["diagnosis"] += _diagnosis.servers(result["servers"], now)
     if p["ports"]:
-        result["ports"] = [probe_port(port, servers, procs, p["api_key"], p["http_timeout"])
+        user = p["server_user"] or _procs.username(os.geteuid())
+        result["ports"] = [probe_port(port, servers, procs, p["api_key"], p["http_timeout"], user)
                            for port in p["ports"]]
         result["diagnosis"] += _diagnosis.ports(result["ports"], {s["id"]: s for s in result["servers"]}, now)
     result["gpus"] = tag_gpus(query_gpus(p["gpu_backend"]), servers, procs)
@@ -367,6 +391,21 @@ def run_probe(module):
     result["diagnosis"] += ["launch record %s names pid %s, which is gone" % (r["path"], r["pid"])
                             for r in result["records"] if r.get("pid") and not r.get("alive")]
     return result, failure
+
+
+def _body(module):
+    """The probe; its result (or failure) leaves through the one result redaction."""
+    secrets = [module.params["api_key"]]
+    for port in module.params["ports"] or []:
+        if not 1 <= port <= 65535:
+            raise SglangError("port %d is not in 1..65535" % port, reason="bad_input")
+    result, failure = run_probe(module)
+    if failure is not None:
+        details = dict(failure.details)
+        details.setdefault("reason", "probe_failed")
+        result.update(details)
+        raise SglangError(failure.msg, **redact_result(result, secrets))
+    return redact_result(result, secrets)
 
 
 def main():
@@ -380,6 +419,7 @@ def main():
             introspect_timeout=dict(type="int", default=180),
             ports=dict(type="list", elements="int"),
             api_key=dict(type="str", no_log=True),
+            server_user=dict(type="str"),
             http_timeout=dict(type="float", default=5),
             gpu_backend=dict(type="str", choices=list(BACKENDS), default="auto"),
             shm_dir=dict(type="path", default="/dev/shm"),
@@ -388,19 +428,7 @@ def main():
         mutually_exclusive=[("venv", "python")],
         supports_check_mode=True,
     )
-    for port in module.params["ports"] or []:
-        if not 1 <= port <= 65535:
-            module.fail_json(msg="port %d is not in 1..65535" % port, reason="bad_input")
-    try:
-        result, failure = run_probe(module)
-    except SglangError as exc:
-        module.fail_json(msg=exc.msg, **exc.details)
-    if failure is not None:
-        details = dict(failure.details)
-        details.setdefault("reason", "probe_failed")
-        result.update(details)
-        module.fail_json(msg=failure.msg, **result)
-    module.exit_json(**result)
+    _exit.run(module, _body, "sglang_probe", [module.params["api_key"]])
 
 
 if __name__ == "__main__":

@@ -71,3 +71,10 @@ def test_shm_leaks():
 
 def test_flags_absent():
     assert G.flags(["--nope"], "0.5.6") == ["flag --nope does not exist in sglang 0.5.6"]
+
+
+def test_holder_command_lines_are_masked_in_sentences():
+    reports = [{"port": 8000, "listeners": [{"port": 8000}], "server": None,
+                "holders": [{"pid": 7, "user": "bob", "cmdline": ["srv --api-key s3cretvalue", "--token", "tok3n"]}]}]
+    out = G.ports(reports, {})
+    assert out and "s3cretvalue" not in out[0] and "tok3n" not in out[0] and "pid 7 (user bob)" in out[0]

@@ -123,3 +123,38 @@ def test_role_of_truncated_comm():
     assert D.role_of(P(1, 0, ["sglang::tokenizer_worker:123"])) == "tokenizer_worker"
     assert D.role_of(P(1, 0, ["sglang::data_parallel_controller"])) == "data_parallel_controller"
     assert D.role_of(P(1, 0, ["sglang::something_new"])) == "something_new"
+
+
+# --- who may receive an api key ---------------------------------------------------------------
+
+def _sock(*pids: int):
+    from ansible_collections.llmops.sglang.plugins.module_utils._ports import Listener
+    return [Listener(8000, "127.0.0.1", "ipv4", 1, [BASE + p for p in pids])]
+
+
+def test_credentials_go_only_to_a_recognised_server_of_the_user(environs, monkeypatch):
+    servers = D.find_servers(table(*server_tp2()), with_ports=False)
+    root = _procs.username(0)
+    assert D.credential_refusal(servers, _sock(10), root) is None
+    # an escaped worker of the same server holding the socket too is still that server
+    assert D.credential_refusal(servers, _sock(10, 12), root) is None
+    assert "sglang server of user %s, not of alice" % root in D.credential_refusal(servers, _sock(10), "alice")
+
+
+def test_no_credentials_for_a_plain_or_invisible_listener(environs, monkeypatch):
+    servers = D.find_servers(table(*server_tp2()), with_ports=False)
+    plain = P(50, 1, ["python3", "-m", "http.server", "8000", "--api-key", "s3cret"])
+    monkeypatch.setattr(_procs, "read_proc", lambda pid: plain if pid == plain.pid else None)
+    why = D.credential_refusal(servers, _sock(50), _procs.username(0))
+    assert why.startswith("pid %d (user " % plain.pid) and "not an sglang server" in why
+    assert "s3cret" not in why and "http.server" in why
+    assert "not visible" in D.credential_refusal(servers, _sock(), _procs.username(0))
+    assert D.credential_refusal(servers, [], _procs.username(0)) == "nothing listens there"
+
+
+def test_member_command_lines_are_masked_also_inside_titles(environs):
+    procs = server_tp2()
+    procs.append(P(20, 10, ["sglang::tokenizer_worker --api-key s3cret"], 10, 10))
+    servers = D.find_servers(table(*procs), with_ports=False)
+    text = repr([s.to_dict(0) for s in servers])
+    assert "s3cret" not in text and "********" in text

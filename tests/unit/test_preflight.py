@@ -203,3 +203,99 @@ def test_entrypoint_choice():
     report = _report()
     assert _preflight.choose_entrypoint(report, only_serve, "launch_server") == (None, [])
     assert "has no launch_server entry point" in report.errors[0]
+
+
+# --- port holders: labelled, masked, foreign ones refused -------------------------------------
+
+def _fake_holder(monkeypatch, argv, uid=None, pid=4_000_123):
+    """One listener on port 8000 held by a synthetic process (no real process needed)."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _ports, _procs
+    proc = _procs.Proc(pid=pid, ppid=1, pgid=pid, sid=pid, comm="python3", state="S",
+                       uid=os.geteuid() if uid is None else uid, start_time=1.0, cmdline=argv)
+    monkeypatch.setattr(_ports, "listeners", lambda ports=None: [
+        _ports.Listener(8000, "0.0.0.0", "ipv4", 1, [pid])])
+    monkeypatch.setattr(_procs, "read_proc", lambda p: proc if p == pid else None)
+    monkeypatch.setattr(_procs, "marker_of", lambda p: None)
+    return pid
+
+
+def test_plain_listener_is_foreign_and_refused_by_default(monkeypatch):
+    pid = _fake_holder(monkeypatch, ["python3", "-m", "http.server", "8000"])
+    holders = _preflight.port_holders(8000)
+    assert holders[0]["pid"] == pid and holders[0]["foreign"] is True and holders[0]["sglang"] is None
+    report = _report()
+    assert _preflight.check_foreign_holders(report, 8000, holders, "fail") is True
+    assert "pid %d" % pid in report.errors[0] and "http.server" in report.errors[0]
+    assert "[foreign]" in report.errors[0] and "foreign_port_holders: kill" in report.errors[0]
+    assert report.reason() == "port_busy"
+    opted = _report()
+    assert _preflight.check_foreign_holders(opted, 8000, holders, "kill") is False
+    assert not opted.errors and "will stop it" in opted.warnings[0]
+
+
+def test_sglang_server_of_this_user_is_not_foreign(monkeypatch):
+    _fake_holder(monkeypatch, ["/venv/bin/python", "-m", "sglang.launch_server", "--port", "8000"])
+    holders = _preflight.port_holders(8000)
+    assert holders[0]["foreign"] is False and "sglang.launch_server" in holders[0]["sglang"]
+    report = _report()
+    assert _preflight.check_foreign_holders(report, 8000, holders, "fail") is False and not report.errors
+
+
+def test_another_users_sglang_server_is_foreign(monkeypatch):
+    _fake_holder(monkeypatch, ["/venv/bin/python", "-m", "sglang.launch_server"], uid=os.geteuid() + 4242)
+    assert _preflight.port_holders(8000)[0]["foreign"] is True
+
+
+@pytest.mark.parametrize("argv", [
+    ["python3", "srv.py", "--api-key", "OLDSECRET1"],
+    ["python3", "srv.py", "--api-key=OLDSECRET1"],
+    ["srv --api-key OLDSECRET1 --port 8000"],  # a process title: one string
+    ["python3", "srv.py", "--hf-token", "OLDSECRET1"],
+])
+def test_port_holder_command_line_is_masked(monkeypatch, argv):
+    _fake_holder(monkeypatch, argv)
+    holders = _preflight.port_holders(8000)
+    report = _report()
+    _preflight.check_foreign_holders(report, 8000, holders, "fail")
+    for text in (repr(holders), _preflight.describe_holders(holders), report.errors[0]):
+        assert "OLDSECRET1" not in text and "********" in text
+
+
+# --- free space and inodes --------------------------------------------------------------------
+
+def test_space_names_path_measured_ancestor_and_what_is_free(tmp_path, monkeypatch):
+    monkeypatch.setattr(_preflight, "_free", lambda path: (12.5, 40))
+    report = _report()
+    short = _preflight.check_space(report, {"log_dir": str(tmp_path), "tmpdir": str(tmp_path / "x.tmp")},
+                                   100, 1000)
+    assert short == ["log_dir", "tmpdir"]
+    assert report.errors[0] == ("log_dir %s: 12.5 MiB free, below min_free_mb 100, 40 inodes free, "
+                                "below min_free_inodes 1000" % tmp_path)
+    assert report.errors[1].startswith("tmpdir %s/x.tmp (measured at %s): " % (tmp_path, tmp_path))
+    assert report.reason() == "no_space"
+
+
+def test_space_ok_and_filesystems_without_inode_limits(tmp_path, monkeypatch):
+    monkeypatch.setattr(_preflight, "_free", lambda path: (500.0, None))
+    report = _report()
+    assert _preflight.check_space(report, {"state_dir": str(tmp_path)}, 100, 1000) == []
+    assert not report.errors and "unlimited inodes free" in report.checks[0]["msg"]
+
+
+def test_space_real_filesystem(tmp_path):
+    report = _report()
+    assert _preflight.check_space(report, {"state_dir": str(tmp_path)}, 0, 0) == []
+    assert report.checks[0]["status"] == "ok"
+
+
+def test_reason_is_specific_only_when_all_failures_share_it():
+    report = _report()
+    report.fail("space", "full")
+    assert report.reason() == "no_space"
+    report.fail("port_holders", "foreign")
+    assert report.reason() == "preflight_failed"
+    other = _report()
+    other.fail("port_free", "busy")
+    other.fail("port_holders", "foreign")
+    assert other.reason() == "port_busy"
+    assert _report().reason() == "preflight_failed"
