@@ -20,7 +20,8 @@ from typing import Any, Dict, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import Interpreter
-from ansible_collections.llmops.sglang.plugins.module_utils._record import default_state_dir, write_json_atomic
+from ansible_collections.llmops.sglang.plugins.module_utils._record import (
+    default_state_dir, dir_problem, ensure_dir, io_error, write_json_atomic)
 
 CACHE_VERSION = 2  # 2: warnings are one-line summaries, not tracebacks
 
@@ -221,17 +222,22 @@ def _read_cache(path: str) -> Optional[Dict[str, Any]]:
 
 
 def _write_cache(path: str, data: Dict[str, Any]) -> Optional[str]:
-    """Best effort: a read-only state dir must not fail an introspection."""
+    """Best effort: a read-only or unsafe state dir must not fail an introspection. The cache
+    dir and any missing parent (the state dir itself, on a first run) are created 0700."""
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        write_json_atomic(path, data, mode=0o644)
-    except OSError as exc:
-        return "introspection cache not written to %s: %s" % (path, exc.strerror or exc)
+        ensure_dir(os.path.dirname(path), label="introspection cache dir")
+        write_json_atomic(path, data, mode=0o600)
+    except SglangError as exc:
+        return "introspection cache not written: %s" % exc.msg
     return None
 
 
 def _run(interp: Interpreter, timeout: float) -> Dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="llmops-introspect-") as tmp:
+    try:
+        scratch = tempfile.TemporaryDirectory(prefix="llmops-introspect-")
+    except OSError as exc:
+        raise io_error("create a scratch directory for introspection in", tempfile.gettempdir(), exc)
+    with scratch as tmp:
         out_path = os.path.join(tmp, "flags.json")
         env = dict(os.environ)
         env.pop("PYTHONSTARTUP", None)
@@ -289,14 +295,16 @@ def introspect(interp: Interpreter, cache_dir: Optional[str] = None, timeout: fl
         raise SglangError("python %s has no sglang installed: cannot introspect its CLI" % interp.path,
                           reason="sglang_missing", python=interp.path, stderr=interp.error or "")
     path = os.path.join(cache_dir or default_cache_dir(), cache_key(interp) + ".json")
-    data = _read_cache(path)
+    # A cache dir another user could write is neither read nor written (they could forge flags).
+    unsafe = dir_problem(os.path.dirname(path), "introspection cache dir")
+    note = ("introspection cache not used: %s" % unsafe) if unsafe else None
+    data = None if unsafe else _read_cache(path)
     cached = data is not None
-    note = None
     if data is None:
         data = _run(interp, timeout)
         data["interpreter"] = interp.path
         data["sglang_version"] = data.get("sglang_version") or interp.sglang_version
-        if data.get("source") == "sglang.launch_server":
+        if data.get("source") == "sglang.launch_server" and not unsafe:
             note = _write_cache(path, data)
         # else a fallback: not cached, so installing what the launcher missed takes effect at once
         # (the cache key only sees the sglang install, not its dependencies)

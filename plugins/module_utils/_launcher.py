@@ -3,11 +3,17 @@ per-launch log file, and the launch record that every later step works from.
 
 The server must outlive the ansible task and the ssh session: a new session (setsid) with no
 controlling terminal, stdin from /dev/null, stdout/stderr to the log file, no inherited fds.
+
+There is never a server without a record: the record is written right after the spawn, before
+the interpreter has even started (so before the server can bind), and completed once the
+server process exists. Any failure after the spawn kills the launch's whole session before it
+is reported.
 """
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import time
 import uuid
@@ -23,8 +29,9 @@ NO_PROXY = "localhost,127.0.0.1,::1"
 # Inherited from the module's environment when present: identity and locale, nothing else.
 _PASS_THROUGH = ("HOME", "USER", "LOGNAME", "LANG")
 _PROXY_KEYS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
-PID_WAIT_SECONDS = 2.0
+SPAWN_TIMEOUT = 30.0   # cold venvs on network filesystems take many seconds to start python
 SETTLE_SECONDS = 0.3
+STOP_SECONDS = 5.0
 LOG_TAIL_BYTES = 4096
 
 
@@ -40,6 +47,10 @@ class LaunchSpec:
     keep_logs: int = 5
     secrets: List[str] = field(default_factory=list)
     extra_secret_flags: List[str] = field(default_factory=list)
+    # Seconds the server process may take to appear after the spawn (interpreter start-up).
+    spawn_timeout: float = SPAWN_TIMEOUT
+    # More fields for the record (fingerprint, port, ...), so it is complete from its first write.
+    record_fields: Dict[str, Any] = field(default_factory=dict)
 
 
 # --- log files -------------------------------------------------------------------------------
@@ -54,17 +65,22 @@ def _log_re(name: str) -> "re.Pattern[str]":
 
 def open_launch_log(log_dir: str, name: str, now: Optional[float] = None) -> Tuple[str, int]:
     """A fresh file for this launch (O_EXCL: never appended to an older launch's log, so every
-    line in it belongs to this launch); a numeric suffix when two launches share a second."""
-    _record.ensure_dir(log_dir, 0o755)
+    line in it belongs to this launch); a numeric suffix when two launches share a second.
+    0600: sglang prints its server_args, API key included, into it."""
+    _record.ensure_dir(log_dir, label="log_dir")
     stem = "%s-%s" % (name, utc_stamp(now))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND | os.O_CLOEXEC
     for attempt in range(1000):
         path = os.path.join(log_dir, "%s%s.log" % (stem, "" if attempt == 0 else "-%d" % attempt))
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o640)
+            fd = os.open(path, flags, 0o600)
             return path, fd
         except FileExistsError:
             continue
-    raise SglangError("cannot create a fresh log file %s*.log in %s" % (stem, log_dir))
+        except OSError as exc:
+            raise _record.io_error("create the log file", path, exc)
+    raise SglangError("cannot create a fresh log file %s*.log in %s" % (stem, log_dir), reason="io_error",
+                      path=log_dir)
 
 
 def link_path(log_dir: str, name: str) -> str:
@@ -74,11 +90,16 @@ def link_path(log_dir: str, name: str) -> str:
 def update_log_link(log_dir: str, name: str, log_path: str) -> str:
     """<name>.log -> newest per-launch log, replaced atomically (rename over the old link)."""
     link = link_path(log_dir, name)
-    tmp = "%s.%d.tmp" % (link, os.getpid())
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    os.symlink(os.path.basename(log_path), tmp)
-    os.replace(tmp, link)
+    tmp = os.path.join(log_dir, ".%s.%s.tmp" % (os.path.basename(link), os.urandom(6).hex()))
+    try:
+        os.symlink(os.path.basename(log_path), tmp)  # fails on anything already there
+        try:
+            os.rename(tmp, link)
+        except OSError:
+            os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise _record.io_error("update the log link", link, exc)
     return link
 
 
@@ -181,16 +202,31 @@ def _exit_text(exit_data: Optional[Dict[str, Any]], returncode: Optional[int]) -
     return "unknown exit status"
 
 
+def exit_status(sup: "subprocess.Popen[bytes]") -> Optional[int]:
+    """The supervisor's exit status once it has exited, WITHOUT reaping it: until it is reaped
+    its pid - the launch's process group and session id - cannot be reused by anyone else."""
+    if sup.returncode is not None:
+        return sup.returncode
+    try:
+        info = os.waitid(os.P_PID, sup.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return sup.poll()
+    if info is None or info.si_pid == 0:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
 def wait_for_server(sup: "subprocess.Popen[bytes]", exit_path: str, launch_id: str,
-                    timeout: float = PID_WAIT_SECONDS) -> Tuple[Optional[_procs.Proc], Optional[Dict[str, Any]]]:
-    """(server Proc, None) once the supervisor's child exists, or (None, exit data) when the
-    launch already ended (the supervisor reaped the server or could not execute it)."""
+                    timeout: float = SPAWN_TIMEOUT) -> Tuple[Optional[_procs.Proc], Optional[Dict[str, Any]]]:
+    """(server Proc, None) once the supervisor's child exists, (None, exit data) when the launch
+    already ended (the supervisor reaped the server or could not execute it), (None, None) when
+    no server appeared within `timeout` seconds. The supervisor is never reaped here."""
     deadline = time.monotonic() + timeout
     while True:
         child = _child_of(sup.pid)
         if child is not None and not child.is_zombie:
             return child, None
-        rc = sup.poll()
+        rc = exit_status(sup)
         if rc is not None:
             fallback = {"returncode": rc, "launch_id": launch_id, "pid": None, "signal": None}
             return None, _record.read_launch_exit(exit_path, launch_id) or fallback
@@ -199,62 +235,166 @@ def wait_for_server(sup: "subprocess.Popen[bytes]", exit_path: str, launch_id: s
         time.sleep(0.02)
 
 
-def spawn(spec: LaunchSpec) -> Dict[str, Any]:
-    """Start the server; return the launch record (already written). Raises SglangError with
-    `log_tail` when the server is gone within the first moments."""
-    launch_id = uuid.uuid4().hex
-    markers = {_procs.MARKER_INSTANCE: spec.name, _procs.MARKER_LAUNCH_ID: launch_id,
-               _procs.MARKER_STATE_DIR: spec.state_dir}
+def _signal_member(pid: int, sid: int) -> bool:
+    """SIGKILL `pid` if it still is a member of session `sid`, through a pidfd where the kernel
+    has them: the pid is pinned before it is checked, so a reused pid never gets the signal."""
+    pidfd = None
+    if hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal"):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = None  # gone already, or no pidfd support: plain kill below
+    try:
+        proc = _procs.read_proc(pid)
+        if proc is None or proc.sid != sid or proc.is_zombie:
+            return False
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+        return True
+    except OSError:
+        return False
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def stop_session(sup: "subprocess.Popen[bytes]", timeout: float = STOP_SECONDS) -> List[int]:
+    """SIGKILL everything of the launch - the supervisor's process group and every other member
+    of its session - then reap the supervisor. Safe against id reuse because the supervisor (the
+    leader, whose pid both ids are) is only reaped at the end. Returns the pids still alive."""
+    sid = sup.pid
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.killpg(sid, signal.SIGKILL)
+        except OSError:
+            pass
+        left = [p.pid for p in _procs.snapshot().values() if p.sid == sid and not p.is_zombie]
+        for pid in left:
+            _signal_member(pid, sid)
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    try:
+        sup.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    return [p.pid for p in _procs.snapshot().values() if p.sid == sid and not p.is_zombie]
+
+
+def _stopped_text(sup_pid: int, left: List[int]) -> str:
+    if left:
+        return ("; stopping the launch's session (supervisor pid %d) left pids %s running: stop them with "
+                "sglang_teardown" % (sup_pid, ", ".join(str(p) for p in left)))
+    return "; the launch's session (supervisor pid %d) was stopped, nothing of it is left running" % sup_pid
+
+
+def _prepare(spec: LaunchSpec) -> Tuple[str, str]:
+    """State dir, TMPDIR (both private), no stale exit file. Returns (tmpdir, exit_path)."""
+    _record.validate_name(spec.name)
+    if not isinstance(spec.spawn_timeout, (int, float)) or not spec.spawn_timeout > 0:
+        raise SglangError("spawn_timeout must be a positive number of seconds, got %r" % (spec.spawn_timeout,),
+                          reason="bad_spawn_timeout")
+    _record.ensure_dir(spec.state_dir, label="state_dir")
     tmpdir = _record.tmpdir_path(spec.state_dir, spec.name)
-    _record.ensure_dir(tmpdir, 0o700)
-    os.chmod(tmpdir, 0o700)
+    _record.ensure_dir(tmpdir, label="TMPDIR")
+    try:
+        if os.stat(tmpdir).st_uid == os.geteuid():
+            os.chmod(tmpdir, 0o700)  # an older launch's, maybe 0755: the server's files are private
+    except OSError as exc:
+        raise _record.io_error("make private", tmpdir, exc)
     exit_path = _record.exit_path(spec.state_dir, spec.name)
     try:
         os.unlink(exit_path)  # a stale exit file must never be read as this launch's
     except FileNotFoundError:
         pass
-    _supervisor.install(spec.state_dir)
-    env = build_env(spec.python, spec.venv, spec.env, markers, tmpdir)
-    now = time.time()
-    log_path, log_fd = open_launch_log(spec.log_dir, spec.name, now)
-    link = update_log_link(spec.log_dir, spec.name, log_path)
-    prune_logs(spec.log_dir, spec.name, spec.keep_logs, log_path)
-    cmd = _supervisor.command(spec.python, spec.state_dir, exit_path, launch_id, spec.argv)
+    except OSError as exc:
+        raise _record.io_error("remove the stale exit file", exit_path, exc)
+    return tmpdir, exit_path
+
+
+def _start(spec: LaunchSpec, env: Dict[str, str], tmpdir: str, exit_path: str, launch_id: str,
+           log_fd: int) -> "subprocess.Popen[bytes]":
+    stdin_fd = _supervisor.payload_pipe(_supervisor.payload(exit_path, launch_id, spec.argv))
     try:
-        sup = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
-                               close_fds=True, start_new_session=True, env=env, cwd=tmpdir)
+        return subprocess.Popen(_supervisor.command(spec.python, spec.name), stdin=stdin_fd, stdout=log_fd,
+                                stderr=log_fd, close_fds=True, start_new_session=True, env=env, cwd=tmpdir)
     except OSError as exc:
         raise SglangError("cannot start %s: %s" % (spec.python, exc.strerror or exc), reason="spawn_failed")
     finally:
+        os.close(stdin_fd)
+
+
+def spawn(spec: LaunchSpec) -> Dict[str, Any]:
+    """Start the server; return the launch record (already written, complete). Raises
+    SglangError (with `log_tail` when the server is gone within the first moments); any failure
+    after the spawn stops the launch's session first, and the message says so."""
+    tmpdir, exit_path = _prepare(spec)
+    launch_id = uuid.uuid4().hex
+    markers = {_procs.MARKER_INSTANCE: spec.name, _procs.MARKER_LAUNCH_ID: launch_id,
+               _procs.MARKER_STATE_DIR: spec.state_dir}
+    env = build_env(spec.python, spec.venv, spec.env, markers, tmpdir)
+    now = time.time()
+    log_path, log_fd = open_launch_log(spec.log_dir, spec.name, now)
+    try:
+        link = update_log_link(spec.log_dir, spec.name, log_path)
+        prune_logs(spec.log_dir, spec.name, spec.keep_logs, log_path)
+        sup = _start(spec, env, tmpdir, exit_path, launch_id, log_fd)
+    finally:
         os.close(log_fd)
-    server, exit_data = wait_for_server(sup, exit_path, launch_id)
-    if server is not None:
-        # A server that cannot even parse its arguments dies within moments: catch that here.
-        deadline = time.monotonic() + SETTLE_SECONDS
-        while time.monotonic() < deadline and sup.poll() is None:
-            time.sleep(0.02)
-        if sup.poll() is not None:
-            exit_data = _record.read_launch_exit(exit_path, launch_id) or {"returncode": sup.returncode}
-            server = None
-    if server is None:
-        tail = log_tail(log_path, spec.secrets)
-        what = _exit_text(exit_data, sup.poll()) if exit_data or sup.poll() is not None else \
-            "no server process appeared within %.0f s" % PID_WAIT_SECONDS
-        raise SglangError("the server of instance %r exited right after the launch (%s); see %s"
-                          % (spec.name, what, log_path), reason="died", log_path=log_path,
-                          log_tail=tail, exit=exit_data)
     sup_proc = _procs.read_proc(sup.pid)
-    redacted_argv = _redact.redact_argv(spec.argv, spec.extra_secret_flags)
     user_env = _redact.redact_env({k: str(v) for k, v in spec.env.items()})
     user_env.update(markers)
-    return {
+    record = dict(spec.record_fields)
+    record.update({
         "name": spec.name, "launch_id": launch_id, "state_dir": spec.state_dir,
-        "pid": server.pid, "start_time": server.start_time,
+        "pid": None, "start_time": None,  # filled in as soon as the server process exists
         "supervisor_pid": sup.pid, "supervisor_start_time": sup_proc.start_time if sup_proc else None,
-        "pgid": server.pgid, "sid": server.sid,
-        "argv": redacted_argv, "env": user_env,
+        "pgid": sup.pid, "sid": sup.pid,  # a new session: the supervisor leads group and session
+        "argv": _redact.redact_argv(spec.argv, spec.extra_secret_flags), "env": user_env,
         "log_path": log_path, "log_offset": 0, "log_link": link,
         "tmpdir": tmpdir, "exit_path": exit_path,
         "launched_at": now,
         "launched_at_utc": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
+    })
+    try:
+        _record.write_record(spec.state_dir, spec.name, record)
+        server = _await_server(spec, sup, exit_path, launch_id, log_path)
+        record.update(pid=server.pid, start_time=server.start_time)
+        _record.write_record(spec.state_dir, spec.name, record)
+    except BaseException as exc:
+        left = stop_session(sup)
+        if isinstance(exc, SglangError):
+            details = dict(exc.details)
+            details.setdefault("launch_id", launch_id)
+            details.setdefault("supervisor_pid", sup.pid)
+            details["left_running"] = left
+            raise SglangError(exc.msg + _stopped_text(sup.pid, left), **details) from None
+        raise
+    return record
+
+
+def _await_server(spec: LaunchSpec, sup: "subprocess.Popen[bytes]", exit_path: str, launch_id: str,
+                  log_path: str) -> _procs.Proc:
+    """The server process, once it exists and has survived the first moments."""
+    server, exit_data = wait_for_server(sup, exit_path, launch_id, spec.spawn_timeout)
+    if server is not None:
+        # A server that cannot even parse its arguments dies within moments: catch that here.
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while time.monotonic() < deadline and exit_status(sup) is None:
+            time.sleep(0.02)
+        rc = exit_status(sup)
+        if rc is None:
+            return server
+        exit_data = _record.read_launch_exit(exit_path, launch_id) or {"returncode": rc}
+    tail = log_tail(log_path, spec.secrets)
+    if exit_data is None:
+        raise SglangError("no server process of instance %r appeared within %g s (spawn_timeout); a slow "
+                          "interpreter start needs a longer spawn_timeout; see %s"
+                          % (spec.name, spec.spawn_timeout, log_path),
+                          reason="spawn_timeout", log_path=log_path, log_tail=tail)
+    raise SglangError("the server of instance %r exited right after the launch (%s); see %s"
+                      % (spec.name, _exit_text(exit_data, exit_status(sup)), log_path), reason="died",
+                      log_path=log_path, log_tail=tail, exit=exit_data)

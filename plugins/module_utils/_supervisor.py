@@ -1,25 +1,37 @@
-"""The supervising parent of one server: a tiny stdlib-only script written into the state dir
-and run with the venv's interpreter as the session leader of the launch.
+"""The supervising parent of one server: a tiny stdlib-only program run with the venv's
+interpreter as the session leader of the launch.
 
 Why a parent at all: the module process exits at the end of the task, so nobody would be left
 to collect the server's exit status; the supervisor waits for it and writes
 `<name>.exit.json` (atomically), which is how sglang_ready tells "died with exit 1" from "still
 loading". It forwards SIGTERM/SIGINT to the server (a teardown that signals only the supervisor
 still stops the server) and otherwise does nothing: no restarts, no output of its own except
-one line when the server cannot be executed at all.
+one line when the server cannot be executed or the exit file cannot be written.
 
-Usage: python -I -S <script> <exit_path> <launch_id> -- <server argv...>
+Nothing is executed from a file: the interpreter runs a one-line bootstrap given with `-c`,
+which reads this source and the server's argv from a pipe on its stdin. The module fills that
+pipe before the spawn (no other process can write it), so the supervisor runs the collection's
+own code, and the server's argv - API key included - is in no process's argv but the server's.
+
+Command line: python -I -S -c <bootstrap> llmops-sglang-supervisor <instance>
 """
 from __future__ import annotations
 
-import hashlib
+import fcntl
+import json
 import os
+from typing import List
 
-from ansible_collections.llmops.sglang.plugins.module_utils._record import ensure_dir
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
-SCRIPT_NAME = "llmops-sglang-supervisor.py"
+TITLE = "llmops-sglang-supervisor"
+# -I -S: stdlib only, immune to PYTHON* variables and site hooks of the venv (they are for the
+# server, not for this parent).
+BOOTSTRAP = ("import json,sys;p=json.loads(sys.stdin.buffer.read());"
+             "exec(compile(p.pop('source'),'%s','exec'),{'__name__':'__main__','PAYLOAD':p})" % TITLE)
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux; named in fcntl from Python 3.10
 
-SOURCE = r'''# llmops.sglang supervising parent (generated; see plugins/module_utils/_supervisor.py)
+SOURCE = r'''# llmops.sglang supervising parent (see plugins/module_utils/_supervisor.py)
 import json
 import os
 import signal
@@ -27,20 +39,49 @@ import subprocess
 import sys
 import time
 
+NAME = "llmops-sglang-supervisor"
+
+
+def say(text):
+    sys.stderr.write("%s: %s\n" % (NAME, text))
+    sys.stderr.flush()
+
 
 def write_exit(path, data):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    """A fresh temporary file (O_EXCL|O_NOFOLLOW: nothing planted is followed), fsync, rename;
+    removed again on any failure, which is reported in the log."""
+    payload = json.dumps(data, sort_keys=True).encode("utf-8")
+    tmp = os.path.join(os.path.dirname(path), ".%s.%s.tmp" % (os.path.basename(path), os.urandom(6).hex()))
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        say("cannot write %s: %s" % (path, exc.strerror or exc))
+        return
+    try:
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        say("cannot write %s: %s" % (path, exc.strerror or exc))
 
 
 def main():
-    exit_path, launch_id = sys.argv[1], sys.argv[2]
-    argv = sys.argv[sys.argv.index("--") + 1:]
+    exit_path, launch_id, argv = PAYLOAD["exit_path"], PAYLOAD["launch_id"], PAYLOAD["argv"]
+    # stdin was the pipe this program came through: the server gets /dev/null.
+    null = os.open(os.devnull, os.O_RDONLY)
+    if null != 0:
+        os.dup2(null, 0)
+        os.close(null)
     child = None
 
     def forward(signum, frame):
@@ -58,11 +99,10 @@ def main():
         # stdin/stdout/stderr are inherited: /dev/null and this launch's log file.
         child = subprocess.Popen(argv, close_fds=True)
     except OSError as exc:
-        sys.stderr.write("llmops-sglang-supervisor: cannot execute %s: %s\n" % (argv[0], exc.strerror or exc))
-        sys.stderr.flush()
+        error = "cannot execute %s: %s" % (argv[0], exc.strerror or exc)
+        say(error)
         write_exit(exit_path, {"launch_id": launch_id, "pid": None, "returncode": 127,
-                               "signal": None, "exited_at": time.time(),
-                               "error": "cannot execute %s: %s" % (argv[0], exc.strerror or exc)})
+                               "signal": None, "exited_at": time.time(), "error": error})
         return 127
     returncode = child.wait()  # PEP 475: retried after our signal handlers run
     sig = -returncode if returncode < 0 else None
@@ -77,31 +117,38 @@ if __name__ == "__main__":
 '''
 
 
-def script_path(state_dir: str) -> str:
-    return os.path.join(state_dir, SCRIPT_NAME)
+def command(python: str, name: str) -> List[str]:
+    """The supervisor's own argv: the interpreter, the bootstrap and a label for `ps`; no path
+    to execute and nothing of the server's command line."""
+    return [python, "-I", "-S", "-c", BOOTSTRAP, TITLE, name]
 
 
-def install(state_dir: str) -> str:
-    """Write the script (only when its content differs: concurrent launches of other instances
-    may be running it) and return its path."""
-    ensure_dir(state_dir)
-    path = script_path(state_dir)
-    wanted = SOURCE.encode("utf-8")
+def payload(exit_path: str, launch_id: str, server_argv: List[str]) -> bytes:
+    return json.dumps({"source": SOURCE, "exit_path": exit_path, "launch_id": launch_id,
+                       "argv": list(server_argv)}).encode("ascii")
+
+
+def payload_pipe(data: bytes) -> int:
+    """The read end of a pipe that already holds `data` and its end (the write end is closed),
+    to be the supervisor's stdin: the spawn never blocks on a supervisor that starts slowly."""
+    read_fd, write_fd = os.pipe()
     try:
-        with open(path, "rb") as fh:
-            if hashlib.sha256(fh.read()).digest() == hashlib.sha256(wanted).digest():
-                return path
-    except OSError:
-        pass
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "wb") as fh:
-        fh.write(wanted)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    return path
-
-
-def command(python: str, state_dir: str, exit_path: str, launch_id: str, server_argv: list) -> list:
-    """The supervisor's own argv. -I -S: stdlib only, immune to PYTHON* variables and site hooks
-    of the venv (they are for the server, not for this parent)."""
-    return [python, "-I", "-S", script_path(state_dir), exit_path, launch_id, "--"] + list(server_argv)
+        if len(data) > 65536:
+            try:
+                fcntl.fcntl(write_fd, _F_SETPIPE_SZ, len(data))
+            except OSError:
+                pass  # the write below says whether it fits
+        os.set_blocking(write_fd, False)
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(write_fd, view):]
+            except BlockingIOError:
+                raise SglangError("the server command line is too long to hand to the supervisor (%d bytes)"
+                                  % len(data), reason="argv_too_long")
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    return read_fd

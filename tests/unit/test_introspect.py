@@ -117,6 +117,22 @@ def test_unwritable_cache_is_not_a_failure(stub_env, tmp_path):
     assert res["flags"] and res["cache_path"] is None and res["warnings"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_cache_another_user_can_write_is_neither_read_nor_written(stub_env, tmp_path):
+    """A forged entry in a cache dir another user owns would pass any flag: it is ignored."""
+    interp = stub_env()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    forged = cache / (S.cache_key(interp) + ".json")
+    forged.write_text(json.dumps({"flags": {"--anything": {"option_strings": ["--anything"]}},
+                                  "source": "sglang.launch_server"}))
+    os.chown(str(cache), 54321, 54321)
+    res = S.introspect(interp, cache_dir=str(cache))
+    assert res["cached"] is False and "--anything" not in res["flags"] and "--port" in res["flags"]
+    assert res["cache_path"] is None and any("owned by another user" in w for w in res["warnings"])
+    assert json.loads(forged.read_text())["flags"] == {"--anything": {"option_strings": ["--anything"]}}
+
+
 def test_fallback_to_server_args_when_launch_server_breaks(stub_env, tmp_path):
     interp = stub_env(launch="raise ImportError('uvloop missing')\n")
     res = S.introspect(interp, cache_dir=str(tmp_path / "c"))

@@ -135,3 +135,27 @@ def test_stale_exit_file_is_removed(tmp_path):
         assert not os.path.exists(stale)
     finally:
         _killpg(rec["pgid"])
+
+
+def test_long_server_argv_reaches_the_server_through_the_pipe(tmp_path):
+    """The server argv goes to the supervisor through a pipe filled before the spawn: one
+    larger than a default pipe (64 KiB) still arrives whole, and the spawn never blocks on it."""
+    big = ["x" * 100_000, "y" * 100_000, "z" * 100_000]
+    argv = [sys.executable, "-c", "import sys, time; print('sizes', [len(a) for a in sys.argv[1:]], flush=True); "
+            "time.sleep(60)"] + big
+    rec = _launcher.spawn(_spec(tmp_path, argv))
+    try:
+        assert wait_for(lambda: "sizes" in open(rec["log_path"]).read(), 10)
+        assert "sizes [100000, 100000, 100000]" in open(rec["log_path"]).read()
+        assert _procs.read_proc(rec["pid"]).cmdline[-3:] == big
+    finally:
+        _killpg(rec["pgid"])
+
+
+def test_bad_spawn_timeout_is_refused_before_anything_starts(tmp_path):
+    spec = _spec(tmp_path, [sys.executable, "-c", "pass"])
+    spec.spawn_timeout = 0
+    with pytest.raises(SglangError) as info:
+        _launcher.spawn(spec)
+    assert info.value.details["reason"] == "bad_spawn_timeout"
+    assert not os.path.exists(str(tmp_path / "state"))
