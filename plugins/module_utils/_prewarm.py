@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _modelfiles, _residency
@@ -114,6 +114,7 @@ class FileResult:
     def to_dict(self) -> Dict[str, Any]:
         return dict(self.entry.to_dict(), resident_before=self.resident_before,
                     resident_after=self.resident_after, read_bytes=self.read_bytes,
+                    skipped_resident_bytes=self.skipped_resident,
                     complete=self.done, seconds=round(self.seconds, 3),
                     resident_before_pct=pct(self.resident_before, self.entry.size),
                     resident_after_pct=pct(self.resident_after, self.entry.size))
@@ -249,7 +250,6 @@ class Outcome:
     stopped: Optional[str] = None
     read_anything: bool = False
     skipped_reason: Optional[str] = None
-    extra: Dict[str, Any] = field(default_factory=dict)
 
     def sums(self) -> Dict[str, int]:
         return {"bytes": sum(f.entry.size for f in self.files),

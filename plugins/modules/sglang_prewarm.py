@@ -240,7 +240,7 @@ memory:
 details:
   description:
     - One entry per file - name, resolved path, kind (V(weight) or V(aux)), size, resident bytes
-      and percent before and after, bytes read, complete, seconds.
+      and percent before and after, bytes read, bytes skipped as already resident, complete, seconds.
   returned: when O(detail=true)
   type: list
   elements: dict
