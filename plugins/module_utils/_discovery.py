@@ -314,7 +314,8 @@ def server_of_pid(servers: Iterable[Server], pid: int) -> Optional[Server]:
 
 def credential_refusal(servers: Iterable[Server], socks: List[Listener], user: str) -> Optional[str]:
     """None when every process holding these listening sockets is a member of a recognised
-    sglang server run by `user`: only such a listener may receive an api key. Otherwise the
+    sglang server run by `user` in this PID namespace: only such a listener may receive an
+    api key. Otherwise the
     sentence saying why not, naming the holder (command line masked)."""
     if not socks:
         return "nothing listens there"
@@ -332,4 +333,7 @@ def credential_refusal(servers: Iterable[Server], socks: List[Listener], user: s
                     _redact.describe_cmdline(proc.cmdline, proc.comm, 200) if proc else "gone")
             if member.proc.user != user:
                 return "pid %d is an sglang server of user %s, not of %s" % (pid, member.proc.user, user)
+            theirs = _procs.pid_namespace(pid)
+            if theirs is not None and theirs != _procs.own_pid_namespace():
+                return "pid %d runs in another PID namespace (%s, a container), not in this one" % (pid, theirs)
     return None

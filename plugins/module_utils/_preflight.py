@@ -340,14 +340,21 @@ def _is_instance_pid(pid: int, members: Set[int], launch_id: Optional[str]) -> b
 FOREIGN_POLICIES = ("fail", "kill")
 
 
+def other_pid_namespace(pid: int) -> bool:
+    """Does `pid` live in another PID namespace than this module (a container's process)?"""
+    theirs = _procs.pid_namespace(pid)
+    return theirs is not None and theirs != _procs.own_pid_namespace()
+
+
 def _holder_kind(pid: int, members: Set[int], launch_id: Optional[str]) -> Tuple[bool, Optional[str]]:
     """(this instance?, why it is an sglang server process of the module's user, or None).
-    Another user's process never counts as sglang here: a restart's teardown would not (and
-    must not) stop it, and its command line proves nothing."""
+    Another user's process, or one in another PID namespace (a container), never counts as
+    sglang here: a restart's teardown would not (and must not) stop it, and its command line
+    proves nothing."""
     if _is_instance_pid(pid, members, launch_id):
         return True, "this instance"
     proc = _procs.read_proc(pid)
-    if proc is None or proc.uid != os.geteuid():
+    if proc is None or proc.uid != os.geteuid() or other_pid_namespace(pid):
         return False, None
     why = _procs.sglang_reason(proc)
     if why is None:
@@ -372,10 +379,12 @@ def port_holders(port: int, record: Optional[Mapping[str, Any]] = None) -> List[
         for pid in listener.pids:
             proc = _procs.read_proc(pid)
             ours, why = _holder_kind(pid, members, launch_id)
-            holders.append({"pid": pid, "user": proc.user if proc else None,
-                            "cmdline": _redact.mask_cmdline(proc.cmdline) if proc else [],
-                            "address": listener.address, "instance": ours, "sglang": why,
-                            "foreign": why is None})
+            holder = {"pid": pid, "user": proc.user if proc else None,
+                      "cmdline": _redact.mask_cmdline(proc.cmdline) if proc else [],
+                      "address": listener.address, "instance": ours, "sglang": why, "foreign": why is None}
+            if not ours and other_pid_namespace(pid):
+                holder["note"] = "in another PID namespace (a container)"
+            holders.append(holder)
     return holders
 
 
@@ -424,8 +433,9 @@ def describe_holder(h: Mapping[str, Any]) -> str:
     if h.get("pid") is None:
         return "a process not visible to uid %d on %s" % (os.geteuid(), h.get("address"))
     label = " [foreign]" if h.get("foreign") else ""
-    return "pid %s (user %s: %s)%s" % (h["pid"], h.get("user"),
-                                       _redact.describe_cmdline(h.get("cmdline") or [], limit=200), label)
+    note = ", %s" % h["note"] if h.get("note") else ""
+    return "pid %s (user %s%s: %s)%s" % (h["pid"], h.get("user"), note,
+                                         _redact.describe_cmdline(h.get("cmdline") or [], limit=200), label)
 
 
 def describe_holders(holders: List[Dict[str, Any]]) -> str:

@@ -157,7 +157,7 @@ options:
   foreign_port_holders:
     description:
       - What a listener on O(port) (any address) that is neither this instance nor an sglang
-        server of the module's user means for the plan. A restart's teardown stops every listener
+        server of the module's user in its PID namespace means for the plan. A restart's teardown stops every listener
         of its ports, so such a holder is refused by default.
       - V(fail) - the preflight fails with RV(reason) V(port_busy), naming the holder (pid, user,
         command line with secrets masked); nothing is stopped.
@@ -345,8 +345,9 @@ port_holder:
   description:
     - Processes listening on the port (any address) that are not this instance - C(pid), C(user),
       C(cmdline) (secrets masked), C(address), C(instance) (false), C(sglang) (why it is an sglang
-      server of the module's user, or null) and C(foreign) (true when it is not - a plain
-      listener, another user's process, or one whose owner is not visible).
+      server of the module's user, or null), C(foreign) (true when it is not - a plain listener,
+      another user's process, a process in another PID namespace, or one whose owner is not
+      visible) and C(note) (for example V(in another PID namespace (a container))).
   returned: always
   type: list
   elements: dict

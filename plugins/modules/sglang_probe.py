@@ -78,7 +78,8 @@ options:
     description:
       - API key sent as C(Authorization Bearer) to O(ports) - only to a port held by a recognised
         sglang server (by process title, C(python -m sglang.launch_server) or C(sglang serve)
-        command line, or instance marker) of O(server_user). Never shown in results.
+        command line, or instance marker) of O(server_user) in the module's PID namespace. Never
+        shown in results.
     type: str
   server_user:
     description:

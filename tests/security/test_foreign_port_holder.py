@@ -39,6 +39,13 @@ def _launch_args(emulator_python: str, model_dir: str, tmp_path, port: int, **ex
     return args
 
 
+FAKE_SGLANG = ("import socket, sys, time\n"
+               "s = socket.socket()\n"
+               "s.bind(('127.0.0.1', int(sys.argv[sys.argv.index('--port') + 1])))\n"
+               "s.listen(4)\n"
+               "time.sleep(600)\n")
+
+
 def _listening(port: int) -> bool:
     return bool(_ports.listeners([port]))
 
@@ -84,3 +91,20 @@ def test_an_unrecorded_sglang_server_on_the_port_is_not_foreign(emulator_python,
     assert plan["_rc"] == 0 and plan["changed"] and plan["reason"] == "port_busy", plan
     assert plan["port_holder"] and all(h["foreign"] is False for h in plan["port_holder"])
     assert server.pid in [h["pid"] for h in plan["port_holder"]]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace needs root")
+def test_an_sglang_lookalike_in_another_pid_namespace_is_foreign(emulator_python, model_dir, tmp_path, spawn):
+    """A container's server (same network, its own PID namespace) is never ours to stop."""
+    pkg = tmp_path / "fake" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text(FAKE_SGLANG)
+    port = free_port()
+    holder = spawn.start(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", _python3(), "-m",
+                          "sglang.launch_server", "--port", str(port)], cwd=str(tmp_path / "fake"))
+    assert wait_for(lambda: _listening(port), 15)
+    plan = run_module("sglang_launch", _launch_args(emulator_python, model_dir, tmp_path, port), check_mode=True)
+    assert plan["_rc"] != 0 and plan["reason"] == "port_busy", plan
+    assert plan["port_holder"][0]["foreign"] is True and "PID namespace" in plan["msg"]
+    assert holder.poll() is None and _listening(port)

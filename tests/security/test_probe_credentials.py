@@ -137,3 +137,17 @@ def test_own_users_sglang_server_gets_the_key(fake_sglang_dir, tmp_path, spawn):
     assert rep["api_key_sent"] is True and rep["reachable"] is True, rep
     assert any(r["headers"].get("Authorization") == "Bearer %s" % SECRET for r in _requests(log))
     assert SECRET not in json.dumps(res)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace needs root")
+def test_an_sglang_lookalike_in_another_pid_namespace_gets_no_credentials(fake_sglang_dir, tmp_path, spawn):
+    port = free_port()
+    log = str(tmp_path / "fake-container.log")
+    spawn.start(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", _python3(), "-m",
+                 "sglang.launch_server", "--port", str(port)], cwd=fake_sglang_dir, log_path=log)
+    assert wait_for(lambda: bool(_ports.listeners([port])), 15), open(log).read()
+    res = _probe(tmp_path, port)
+    assert res["_rc"] == 0, res
+    assert all("Authorization" not in r["headers"] for r in _requests(log)), _requests(log)
+    rep = res["ports"][0]
+    assert rep["api_key_sent"] is False and "PID namespace" in rep["error"]
