@@ -2,6 +2,10 @@
 
 `LLMOPS_SGLANG_GPU_BACKEND=nvml|nvidia-smi|none` (or the modules' gpu_backend option) forces
 one backend; the GPU validation uses it to prove both give the same answers.
+
+Each compute process is tagged with its PID namespace as seen from this module: `own`, `other`
+(a container: visible here, but not this module's to stop, ever) or `not visible` (the number
+is not a process in this module's /proc). Only `own` processes can be ours.
 """
 from __future__ import annotations
 
@@ -17,13 +21,26 @@ BACKENDS = ("auto", "nvml", "nvidia-smi", "none")
 ENV_BACKEND = "LLMOPS_SGLANG_GPU_BACKEND"
 
 
+NS_OWN, NS_OTHER, NS_INVISIBLE = "own", "other", "not visible"
+
+
 @dataclass
 class GpuProcess:
     pid: int
     used_mib: Optional[int]
+    namespace: Optional[str] = None       # NS_OWN | NS_OTHER | NS_INVISIBLE; None: not looked at
 
     def to_dict(self) -> Dict[str, object]:
-        return {"pid": self.pid, "used_mib": self.used_mib}
+        out: Dict[str, object] = {"pid": self.pid, "used_mib": self.used_mib}
+        if self.namespace is not None:
+            out["pid_namespace"] = self.namespace
+        return out
+
+    @property
+    def foreign_namespace(self) -> bool:
+        """Never ours, whatever else matches: it lives in another PID namespace (or is not a
+        process this module can see)."""
+        return self.namespace in (NS_OTHER, NS_INVISIBLE)
 
 
 @dataclass
@@ -132,8 +149,27 @@ def _query_nvidia_smi(binary: str) -> GpuReport:
     return GpuReport("nvidia-smi", sorted(gpus.values(), key=lambda g: g.index))
 
 
+def mark_namespaces(report: GpuReport, own: Optional[str] = None) -> GpuReport:
+    """Tag every compute process with its PID namespace relative to this module's."""
+    own = own or _procs.own_pid_namespace()
+    for gpu in report.gpus:
+        for proc in gpu.processes:
+            ns = _procs.pid_namespace(proc.pid)
+            if ns is None:
+                # unreadable (another user's, as non-root): unknown; absent: not in our /proc
+                proc.namespace = None if os.path.exists("/proc/%d" % proc.pid) else NS_INVISIBLE
+            else:
+                proc.namespace = NS_OWN if own is None or ns == own else NS_OTHER
+    return report
+
+
 def query_gpus(backend: str = "auto") -> GpuReport:
-    """Never raises: a host without GPUs is a report with no GPUs and a note saying why."""
+    """Never raises: a host without GPUs is a report with no GPUs and a note saying why.
+    Compute processes come tagged with their PID namespace (mark_namespaces)."""
+    return mark_namespaces(_query(backend))
+
+
+def _query(backend: str) -> GpuReport:
     backend = os.environ.get(ENV_BACKEND, backend) if backend == "auto" else backend
     notes: List[str] = []
     if backend in ("auto", "nvml"):

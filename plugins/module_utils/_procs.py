@@ -17,6 +17,7 @@ MARKER_LAUNCH_ID = "LLMOPS_SGLANG_LAUNCH_ID"
 MARKER_STATE_DIR = "LLMOPS_SGLANG_STATE_DIR"
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PF_KTHREAD = 0x00200000
 _BOOT_TIME: Optional[float] = None
 _USERS: Dict[int, str] = {}
 
@@ -32,6 +33,7 @@ class Proc:
     uid: int
     start_time: float
     cmdline: List[str] = field(default_factory=list)
+    kthread: bool = False       # PF_KTHREAD in /proc/PID/stat flags
 
     @property
     def user(self) -> str:
@@ -110,7 +112,7 @@ def read_proc(pid: int) -> Optional[Proc]:
         pid=pid, ppid=int(rest[1]), pgid=int(rest[2]), sid=int(rest[3]), comm=comm,
         state=rest[0], uid=uid,
         start_time=round(boot_time() + int(rest[19]) / float(_CLK_TCK), 2),
-        cmdline=cmdline,
+        cmdline=cmdline, kthread=bool(int(rest[6]) & _PF_KTHREAD),
     )
 
 
@@ -155,6 +157,22 @@ def is_alive(pid: int, start_time: Optional[float] = None) -> bool:
     if proc is None or proc.is_zombie:
         return False
     return start_time is None or abs(proc.start_time - start_time) < 0.05
+
+
+def pid_namespace(pid: int) -> Optional[str]:
+    """The PID namespace of a process (`pid:[4026531836]`); None when gone or not readable.
+    A container's processes are visible from the host's namespace but live in their own."""
+    try:
+        return os.readlink(os.path.join(PROC, str(pid), "ns", "pid"))
+    except OSError:
+        return None
+
+
+def own_pid_namespace() -> Optional[str]:
+    try:
+        return os.readlink(os.path.join(PROC, "self", "ns", "pid"))
+    except OSError:
+        return None
 
 
 def read_environ(pid: int) -> Optional[Dict[str, str]]:

@@ -1,17 +1,18 @@
 """/dev/shm leftovers: known sglang/torch/NCCL patterns, and which of them a live process holds.
 
 Upstream's own sweep deletes these blindly; on a shared host we delete only what no live
-process holds open or mapped.
+process holds open or mapped, and (unless all_users) only what belongs to the module's user.
+Listing and deleting go through a descriptor of the directory (_purge): a name swapped for a
+symlink after the listing is unlinked as a symlink, never followed.
 """
 from __future__ import annotations
 
 import fnmatch
 import os
-import shutil
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _purge
 
 SHM_DIR = "/dev/shm"
 # reference/sglang.md, "Files left behind"
@@ -27,26 +28,14 @@ class ShmEntry:
     size: int
     is_dir: bool
     holders: List[int] = field(default_factory=list)
+    uid: Optional[int] = None
+    # where it was listed: deletion goes through this descriptor, never through `path`
+    parent: Optional[_purge.CheckedDir] = field(default=None, repr=False, compare=False)
+    owner: Optional[int] = None            # it must still belong to this uid when deleted
 
     def to_dict(self) -> Dict[str, object]:
         return {"path": self.path, "size": self.size, "is_dir": self.is_dir,
                 "held_by": sorted(self.holders), "held": bool(self.holders)}
-
-
-def _size(path: str) -> int:
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            total = 0
-            for root, _dirs, files in os.walk(path):
-                for name in files:
-                    try:
-                        total += os.lstat(os.path.join(root, name)).st_size
-                    except OSError:
-                        pass
-            return total
-        return os.lstat(path).st_size
-    except OSError:
-        return 0
 
 
 def open_or_mapped(prefixes: Iterable[str]) -> Dict[str, Set[int]]:
@@ -73,7 +62,8 @@ def open_or_mapped(prefixes: Iterable[str]) -> Dict[str, Set[int]]:
     return held
 
 
-def _holders(path: str, held: Dict[str, Set[int]]) -> List[int]:
+def holders(path: str, held: Dict[str, Set[int]]) -> List[int]:
+    """Pids holding `path` or anything below it."""
     pids: Set[int] = set(held.get(path, set()))
     prefix = path.rstrip("/") + "/"
     for other, owners in held.items():
@@ -82,49 +72,63 @@ def _holders(path: str, held: Dict[str, Set[int]]) -> List[int]:
     return sorted(pids)
 
 
-def scan(shm_dir: str = SHM_DIR, patterns: Iterable[str] = PATTERNS,
-         held: Optional[Dict[str, Set[int]]] = None) -> List[ShmEntry]:
-    try:
-        names = sorted(os.listdir(shm_dir))
-    except OSError:
-        return []
-    pats = tuple(patterns)
-    matched = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
-    if held is None:
-        held = open_or_mapped([shm_dir]) if matched else {}
+def _listed(checked: _purge.CheckedDir, held: Dict[str, Set[int]], patterns: Optional[Iterable[str]],
+            owner: Optional[int]) -> List[ShmEntry]:
+    pats = tuple(patterns) if patterns is not None else None
     out = []
-    for name in matched:
-        path = os.path.join(shm_dir, name)
-        out.append(ShmEntry(path, _size(path), os.path.isdir(path) and not os.path.islink(path),
-                            _holders(path, held)))
+    for entry in _purge.entries(checked):
+        if pats is not None and not any(fnmatch.fnmatchcase(entry.name, p) for p in pats):
+            continue
+        if owner is not None and entry.uid != owner:
+            continue  # another user's file: not ours to delete (all_users is false)
+        path = os.path.join(checked.path, entry.name)
+        out.append(ShmEntry(path, entry.size, entry.is_dir, holders(path, held), entry.uid, checked, owner))
     return out
+
+
+def scan_checked(checked: _purge.CheckedDir, patterns: Iterable[str] = PATTERNS,
+                 held: Optional[Dict[str, Set[int]]] = None, owner: Optional[int] = None) -> List[ShmEntry]:
+    """Entries of a checked shm dir matching `patterns` (with `owner`: only that uid's)."""
+    if held is None:
+        held = open_or_mapped([checked.path]) if checked.fd is not None else {}
+    return _listed(checked, held, patterns, owner)
+
+
+def purge_checked(checked: _purge.CheckedDir, held: Dict[str, Set[int]]) -> List[ShmEntry]:
+    """Every child of a checked purge directory, with its holders."""
+    return _listed(checked, held, None, None)
+
+
+def _open_plain(path: str) -> _purge.CheckedDir:
+    """A read-only look at a directory for reports (no ownership checks): deletions of what it
+    lists still go through its descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return _purge.CheckedDir(path, None)
+    return _purge.CheckedDir(path, fd, os.fstat(fd).st_dev)
+
+
+def scan(shm_dir: str = SHM_DIR, patterns: Iterable[str] = PATTERNS,
+         held: Optional[Dict[str, Set[int]]] = None, owner: Optional[int] = None) -> List[ShmEntry]:
+    """scan_checked on a directory opened here (kept open by the entries it returns)."""
+    return scan_checked(_open_plain(shm_dir), patterns, held, owner)
 
 
 def purge_entries(path: str, held: Dict[str, Set[int]]) -> List[ShmEntry]:
-    """Children of an operator-named directory (e.g. a dump dir), with their holders."""
-    try:
-        names = sorted(os.listdir(path))
-    except FileNotFoundError:
-        return []
-    out = []
-    for name in names:
-        child = os.path.join(path, name)
-        out.append(ShmEntry(child, _size(child), os.path.isdir(child) and not os.path.islink(child),
-                            _holders(child, held)))
-    return out
+    """Children of a directory, with their holders (see scan for the descriptor)."""
+    return purge_checked(_open_plain(path), held)
 
 
 def remove(entry: ShmEntry) -> Optional[str]:
-    """Delete one unheld entry; returns an error string instead of raising."""
+    """Delete one unheld entry through the descriptor it was listed from; an error string
+    instead of raising."""
     if entry.holders:
         return "held by pid %s" % ", ".join(map(str, entry.holders))
-    try:
-        if entry.is_dir:
-            shutil.rmtree(entry.path)
-        else:
-            os.unlink(entry.path)
-    except FileNotFoundError:
+    parent = entry.parent
+    if parent is None or parent.fd is None:
+        parent = _open_plain(os.path.dirname(entry.path))
+    if parent.fd is None:
         return None
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
+    errors = _purge.remove_at(parent.fd, os.path.basename(entry.path), parent.dev, owner=entry.owner)
+    return "; ".join(errors) or None

@@ -5,7 +5,8 @@ launch record (main pid, supervisor, process group, session), the instance marke
 environment, an sglang title / command line, a listener on a managed port, an operator
 pattern, a compute process on a managed GPU (only with foreign_gpu_processes=kill), or being a
 descendant of a target. Protections are applied last and always win: the module's own
-ancestors, PID 1, kernel threads, protected names, other users' processes (unless all_users).
+ancestors, PID 1, kernel threads, processes in another PID namespace (a container's, unless the
+launch record names them), protected names, other users' processes (unless all_users).
 
 Everything here is pure over a `World` (a snapshot of /proc, environments, listeners and GPUs),
 so the selection rules are unit-testable with synthetic processes and never race a signal.
@@ -30,6 +31,8 @@ FOREIGN_MODES = ("fail", "kill", "ignore")
 _START_SLACK = 1.0
 
 EnvReader = Callable[[int], Optional[Dict[str, str]]]
+NsReader = Callable[[int], Optional[str]]
+NS_WHY = "in another PID namespace"
 
 
 @dataclass
@@ -201,6 +204,8 @@ class World:
     euid: int
     files: FilesReader = read_open_files
     instances: List[InstanceFiles] = field(default_factory=list)
+    own_pidns: Optional[str] = None        # None: namespaces are not compared (synthetic worlds)
+    pidns: NsReader = _procs.pid_namespace
 
     @classmethod
     def capture(cls, scope: Scope, gpu_backend: str = "auto") -> "World":
@@ -212,7 +217,7 @@ class World:
         return cls(procs=procs, environ=_cached_environ(), listeners=_ports.listeners(scope.ports) if scope.ports else [],
                    gpu_report=report, device_holders=holders,
                    own_pids=_procs.ancestors(os.getpid(), procs), euid=os.geteuid(),
-                   instances=instance_files(scope.state_dir))
+                   instances=instance_files(scope.state_dir), own_pidns=_procs.own_pid_namespace())
 
 
 def _cached_environ() -> EnvReader:
@@ -247,12 +252,25 @@ class Target:
 @dataclass
 class Selection:
     targets: Dict[int, Target] = field(default_factory=dict)
-    skipped: List[Dict[str, object]] = field(default_factory=list)       # would match, protected
+    spared: List[Dict[str, object]] = field(default_factory=list)        # would match, protected
     other_instances: List[Dict[str, object]] = field(default_factory=list)
+    other_namespaces: List[Dict[str, object]] = field(default_factory=list)  # matched, in a container
     foreign_gpu: List[Dict[str, object]] = field(default_factory=list)
     device_file_holders: List[Dict[str, object]] = field(default_factory=list)
     record_notes: List[str] = field(default_factory=list)
     conflicts: List[str] = field(default_factory=list)                   # fail before any signal
+    never: Dict[int, str] = field(default_factory=dict)    # pid -> why it was refused: never adopted later
+    named: Set[int] = field(default_factory=set)           # pids the launch record names (start time checked)
+
+    def refuse(self, proc: _procs.Proc, would_be: List[str], why: str, world: "World") -> None:
+        """Record a process a reason selected but a protection refused (once per pid)."""
+        if proc.pid in self.never:
+            return
+        self.never[proc.pid] = why
+        if why == NS_WHY:
+            self.other_namespaces.append(describe(proc, would_be=would_be, pid_namespace=world.pidns(proc.pid)))
+        else:
+            self.spared.append(describe(proc, would_be=would_be, why_not=why))
 
 
 def describe(proc: _procs.Proc, **extra: object) -> Dict[str, object]:
@@ -274,17 +292,30 @@ def protected_by(proc: _procs.Proc, protect: Iterable[str]) -> Optional[str]:
 
 
 def is_kernel_thread(proc: _procs.Proc) -> bool:
-    return proc.pid == 2 or proc.ppid == 2
+    """PF_KTHREAD; else kthreadd (pid 2) and its children, without a command line. In a PID
+    namespace pid 2 is an ordinary process (kernel threads are not visible there)."""
+    return proc.kthread or (not proc.cmdline and (proc.pid == 2 or proc.ppid == 2))
 
 
-def _why_never(proc: _procs.Proc, scope: Scope, world: World) -> Optional[str]:
-    """Why this process can never be a target (protections that override every reason)."""
+def other_namespace(proc: _procs.Proc, world: "World") -> bool:
+    """True when the process lives in another PID namespace than this module (a container)."""
+    if world.own_pidns is None:
+        return False
+    ns = world.pidns(proc.pid)
+    return ns is not None and ns != world.own_pidns
+
+
+def why_never(proc: _procs.Proc, scope: Scope, world: World, named: Iterable[int] = ()) -> Optional[str]:
+    """Why this process can never be a target (protections that override every reason).
+    `named`: pids the launch record names, the only ones taken in another PID namespace."""
     if proc.pid == 1:
         return "PID 1"
     if is_kernel_thread(proc):
         return "kernel thread"
     if proc.pid in world.own_pids:
         return "this module or one of its ancestors"
+    if proc.pid not in named and other_namespace(proc, world):
+        return NS_WHY
     entry = protected_by(proc, scope.protect)
     if entry:
         return "protected name (%s)" % entry
@@ -309,10 +340,20 @@ def _marker_relation(env: Optional[Mapping[str, str]], scope: Scope) -> Optional
     return "own"
 
 
-def _record_candidates(record: Optional[Mapping[str, object]], world: World,
-                       notes: List[str]) -> Dict[int, List[str]]:
-    """Processes the launch record names: main pid and supervisor (PID-reuse checked by start
-    time), and members of its process group and session that started after the launch."""
+def _carries_launch(env: Optional[Mapping[str, str]], launch_id: object) -> bool:
+    return bool(env) and isinstance(launch_id, str) and bool(launch_id) and \
+        env.get(_procs.MARKER_LAUNCH_ID) == launch_id  # type: ignore[union-attr]
+
+
+def _record_candidates(record: Optional[Mapping[str, object]], world: World, notes: List[str],
+                       named: Set[int], exited: bool = False) -> Dict[int, List[str]]:
+    """Processes the launch record names: main pid and supervisor (pid AND start time must
+    match: PID reuse), and members of its process group and session.
+
+    A group or session id is only as good as its leader: it counts while the recorded process
+    with that pid is alive with its recorded start time (then the id cannot have been reused),
+    else only for members carrying this launch's marker. Once the launch's exit file exists the
+    ids count for nothing. `named` receives the verified record pids."""
     found: Dict[int, List[str]] = {}
     if not record:
         return found
@@ -327,23 +368,37 @@ def _record_candidates(record: Optional[Mapping[str, object]], world: World,
             starts.append(float(start))
         if proc is None or proc.is_zombie:
             notes.append("%s %d is gone" % (label, pid))
-        elif isinstance(start, (int, float)) and abs(proc.start_time - float(start)) >= 0.05:
+        elif not isinstance(start, (int, float)):
+            notes.append("%s %d has no recorded start time: not a target (PID reuse cannot be ruled out)"
+                         % (label, pid))
+        elif abs(proc.start_time - float(start)) >= 0.05:
             notes.append("%s %d was reused by another process (start time differs): not a target" % (label, pid))
         else:
             found.setdefault(pid, []).append("%s (pid %d)" % (label, pid))
+            named.add(pid)
     launched = record.get("launched_at")
     if isinstance(launched, (int, float)):
         starts.append(float(launched))
     earliest = min(starts) - _START_SLACK if starts else None
+    launch_id = record.get("launch_id")
     for key, label in (("pgid", "process group"), ("sid", "session")):
         value = record.get(key)
         if not isinstance(value, int) or value <= 1:
             continue
+        if exited:
+            notes.append("%s %d of the launch record is not used: the launch's exit file exists" % (label, value))
+            continue
+        leader_ok = value in named
+        if not leader_ok:
+            notes.append("%s %d: its leader is not the recorded process (gone or reused); only members "
+                         "carrying this launch's marker count" % (label, value))
         for proc in world.procs.values():
             if getattr(proc, key) != value or proc.is_zombie:
                 continue
             if earliest is not None and proc.start_time < earliest:
                 continue  # older than the launch: the id was reused, not ours
+            if not leader_ok and not _carries_launch(world.environ(proc.pid), launch_id):
+                continue
             found.setdefault(proc.pid, []).append("%s %d of the launch record" % (label, value))
     return found
 
@@ -374,7 +429,7 @@ def attribute(scope: Scope, world: World) -> Attribution:
     """pid -> (relation, instance, reasons) with relation own | other | unmarked | unknown.
 
     The marker in the environment decides first. setproctitle wipes /proc/PID/environ of every
-    sglang child, so a process without a readable environment is attributed by the launch
+    sglang child, so an sglang-looking process without a marker is attributed by the launch
     files it holds (log for writing, cwd in TMPDIR), else by its nearest attributed ancestor;
     an orphan with neither is "unknown" (it cannot be tied to any instance)."""
     out: Attribution = {}
@@ -393,11 +448,14 @@ def attribute(scope: Scope, world: World) -> Attribution:
             out[proc.pid] = ("other", (env or {}).get(_procs.MARKER_INSTANCE), [])
             continue
         evidence = _file_evidence(world.files(proc.pid), instances) if instances else []
-        mine = [reason for inst, reason in evidence if inst == scope.name]
+        # The launch's files only SUPPORT a process that already looks like sglang: an operator's
+        # shell cd'd into the TMPDIR, or a tool appending to the log, is not a server.
+        mine = [reason for inst, reason in evidence if inst == scope.name] if _procs.sglang_reason(proc) else []
+        others = [inst for inst, _reason in evidence if inst != scope.name]
         if mine:
             out[proc.pid] = ("own", scope.name, mine)
-        elif evidence:
-            out[proc.pid] = ("other", evidence[0][0], [])
+        elif others:
+            out[proc.pid] = ("other", others[0], [])    # protective only: never a reason to stop it
         elif env:
             out[proc.pid] = ("unmarked", None, [])
         else:
@@ -419,11 +477,12 @@ def attribute(scope: Scope, world: World) -> Attribution:
     return out
 
 
-def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = None) -> Selection:
+def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = None,
+           exited: bool = False) -> Selection:
     """Choose the targets. Order matters: direct reasons, then descendants, then GPU users
-    (so a scheduler child of a target is a target, not a foreign GPU user)."""
+    (so a scheduler child of a target is a target, not a foreign GPU user). `exited`: the
+    launch's exit file exists (its group and session ids no longer mean anything)."""
     sel = Selection()
-    never: Dict[int, str] = {}
     candidates: Dict[int, List[str]] = {}
     port_pids: Set[int] = set()
     pattern_hits: Dict[int, str] = {}
@@ -434,7 +493,7 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
         if reason not in candidates[pid]:
             candidates[pid].append(reason)
 
-    for pid, reasons in _record_candidates(record, world, sel.record_notes).items():
+    for pid, reasons in _record_candidates(record, world, sel.record_notes, sel.named, exited).items():
         for reason in reasons:
             propose(pid, reason)
 
@@ -474,12 +533,11 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
         proc = world.procs.get(pid)
         if proc is None:
             continue
-        blocked = _why_never(proc, scope, world)
+        blocked = why_never(proc, scope, world, sel.named)
         if blocked is None and pid in other and pid not in port_pids:
             blocked = "marked as another instance"
         if blocked:
-            never[pid] = blocked
-            sel.skipped.append(describe(proc, would_be=candidates[pid], why_not=blocked))
+            sel.refuse(proc, candidates[pid], blocked, world)
             entry = protected_by(proc, scope.protect)
             if pid in pattern_hits and entry:
                 sel.conflicts.append("pattern %s selects pid %d (%s) but protect entry %r protects it"
@@ -493,20 +551,29 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
             target.add("belongs to instance %s (conflict on a managed port)" % other[pid])
         sel.targets[pid] = target
 
-    _add_descendants(sel, scope, world, never, other)
-    _classify_gpu_users(sel, scope, world, never, other)
+    _add_descendants(sel, scope, world, other)
+    _classify_gpu_users(sel, scope, world, other)
 
     for pid, instance in sorted(other.items()):
         proc = world.procs.get(pid)
         if proc is None or pid in sel.targets:
             continue
+        sel.never.setdefault(pid, "marked as another instance")
         if _procs.sglang_reason(proc) or pid in candidates:
             sel.other_instances.append(describe(proc, instance=instance))
     return sel
 
 
-def _add_descendants(sel: Selection, scope: Scope, world: World, never: Dict[int, str],
-                     other: Dict[int, str]) -> None:
+def adoption_refusal(proc: _procs.Proc, scope: Scope, world: World, via_port: bool) -> Optional[str]:
+    """Why a process that appeared under a target after the plan may not join it: the same
+    protections as at planning (read fresh: this process was not in the plan's snapshot)."""
+    blocked = why_never(proc, scope, world)
+    if blocked is None and not via_port and _marker_relation(_procs.read_environ(proc.pid), scope) == "other":
+        blocked = "marked as another instance"
+    return blocked
+
+
+def _add_descendants(sel: Selection, scope: Scope, world: World, other: Dict[int, str]) -> None:
     kids = _procs.children_map(world.procs)
     stack = list(sel.targets)
     while stack:
@@ -519,13 +586,11 @@ def _add_descendants(sel: Selection, scope: Scope, world: World, never: Dict[int
             if child in sel.targets:
                 sel.targets[child].add("child of %d" % parent)
                 continue
-            blocked = _why_never(proc, scope, world)
+            blocked = why_never(proc, scope, world, sel.named)
             if blocked is None and child in other and not via_port:
                 blocked = "marked as another instance"
             if blocked:
-                if child not in never:
-                    never[child] = blocked
-                    sel.skipped.append(describe(proc, would_be=["child of %d" % parent], why_not=blocked))
+                sel.refuse(proc, ["child of %d" % parent], blocked, world)
                 continue
             sel.targets[child] = Target(proc, ["child of %d" % parent], via_port=via_port)
             stack.append(child)
@@ -535,10 +600,10 @@ def _gib(mib: Optional[int]) -> Optional[float]:
     return None if mib is None else round(mib / 1024.0, 2)
 
 
-def _classify_gpu_users(sel: Selection, scope: Scope, world: World, never: Dict[int, str],
-                        other: Dict[int, str]) -> None:
+def _classify_gpu_users(sel: Selection, scope: Scope, world: World, other: Dict[int, str]) -> None:
     """Compute processes on the managed GPUs: targets get a reason, the rest are foreign
-    (refused by default). The fuser view is reported, never used to choose a target."""
+    (refused by default). One in another PID namespace (a container) is always foreign, even
+    with foreign_gpu_processes=kill. The fuser view is reported, never used to choose a target."""
     if scope.gpus == []:
         return
     on_gpus = world.gpu_report.pids_on(scope.gpus)
@@ -553,21 +618,25 @@ def _classify_gpu_users(sel: Selection, scope: Scope, world: World, never: Dict[
         if proc is None or proc.is_zombie:
             continue
         entry = describe(proc, gpus={str(i): _gib(m) for i, m in sorted(per_gpu.items())})
+        in_other_ns = other_namespace(proc, world) and pid not in sel.named
+        if in_other_ns:
+            entry["pid_namespace"] = world.pidns(pid)
+            sel.never.setdefault(pid, NS_WHY)
         if scope.foreign_gpu_processes == "kill":
-            blocked = _why_never(proc, scope, world)
+            blocked = NS_WHY if in_other_ns else why_never(proc, scope, world, sel.named)
             if blocked is None:
                 sel.targets[pid] = Target(proc, ["compute process on managed GPU (%s), foreign_gpu_processes=kill"
                                                  % usage])
                 added.append(pid)
                 continue
             entry["why_not"] = blocked
-            never[pid] = blocked
+            sel.never.setdefault(pid, blocked)
         sel.foreign_gpu.append(entry)
     if added:
         # Their own children (e.g. other workers of that job) go with them.
         saved = dict(sel.targets)
         sel.targets = {pid: saved[pid] for pid in added}
-        _add_descendants(sel, scope, world, never, other)
+        _add_descendants(sel, scope, world, other)
         for pid, target in saved.items():
             sel.targets.setdefault(pid, target)
     for pid, files in sorted(world.device_holders.items()):

@@ -4,25 +4,28 @@
 diff mode and the real run are built from the same plan. `execute` acts on it and proves the
 result: no target alive (a zombie counts as gone), no listener on the managed ports, no target
 listed on the managed GPUs. Anything else fails the task with the evidence.
+
+Every destructive step acts on what was checked, not on a name: the plan holds a pidfd per
+target (a recycled pid never receives a signal) and a descriptor per directory it deletes in
+(a path swapped for a symlink leads nowhere). Processes that appear under a target during the
+teardown join it only if they pass the same rules as planned ones.
 """
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _ports, _procs, _record, _shm
+from ansible_collections.llmops.sglang.plugins.module_utils import (
+    _gpus, _pidfd, _ports, _procs, _purge, _record, _shm)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import Scope, Selection, Target, World, select
+from ansible_collections.llmops.sglang.plugins.module_utils._targets import (
+    Scope, Selection, Target, World, adoption_refusal, select)
 
 POLL = 0.05          # process exit polling: GPU memory is free ~0.6 s after SIGKILL on an H200
 GPU_POLL = 0.2       # NVML / nvidia-smi are slower to query than /proc
-# Paths an operator may never name in purge_paths: emptying them would hit everyone.
-_PURGE_DENY = {"/", "/dev", "/dev/shm", "/tmp", "/var", "/var/tmp", "/home", "/root", "/etc", "/usr",
-               "/proc", "/sys", "/run", "/boot", "/opt", "/lib", "/bin", "/sbin"}
 
 
 @dataclass
@@ -37,20 +40,15 @@ class Options:
 
 
 def validate_options(opts: Options, state_dir: Optional[str]) -> None:
+    """Refuse bad options before anything is looked at; purge paths are replaced by their
+    resolved form (the deny-list is judged on it, and holders are matched against it)."""
     if opts.grace_period < 0:
         raise SglangError("grace_period must be >= 0 (got %s)" % opts.grace_period, reason="bad_option")
     if opts.timeout < 0:
         raise SglangError("timeout must be >= 0 (got %s)" % opts.timeout, reason="bad_option")
     if opts.gpu_backend not in _gpus.BACKENDS:
         raise SglangError("gpu_backend must be one of %s" % ", ".join(_gpus.BACKENDS), reason="bad_option")
-    for path in opts.purge_paths:
-        if not isinstance(path, str) or not os.path.isabs(path):
-            raise SglangError("purge path %r must be absolute" % (path,), reason="bad_purge_path")
-        norm = os.path.normpath(path)
-        if norm in _PURGE_DENY or norm == os.path.normpath(opts.shm_dir) or (
-                state_dir and norm == os.path.normpath(state_dir)):
-            raise SglangError("purge path %s would empty a shared directory; name a subdirectory "
-                              "(e.g. /dev/shm/sglang_hs)" % path, reason="bad_purge_path")
+    opts.purge_paths = [_purge.check_purge_path(path, state_dir, opts.shm_dir) for path in opts.purge_paths]
 
 
 # --- plan -------------------------------------------------------------------------------------
@@ -66,6 +64,17 @@ class SignalStep:
 
 
 @dataclass
+class Dirs:
+    """The directories files are deleted in, each opened and checked once (see _purge)."""
+    shm: Optional[_purge.CheckedDir] = None
+    purge: List[_purge.CheckedDir] = field(default_factory=list)
+
+    def close(self) -> None:
+        for checked in ([self.shm] if self.shm else []) + self.purge:
+            checked.close()
+
+
+@dataclass
 class Plan:
     scope: Scope
     selection: Selection
@@ -77,10 +86,23 @@ class Plan:
     tmpdir: Optional[str]
     tmpdir_note: Optional[str]
     record_files: List[str]
+    handles: Dict[int, _pidfd.Handle] = field(default_factory=dict)   # targets alive when planned
+    dirs: Dirs = field(default_factory=Dirs)
 
     @property
     def targets(self) -> Dict[int, Target]:
         return self.selection.targets
+
+    @property
+    def live(self) -> Set[int]:
+        """Targets that were alive when planned (a pidfd could be taken on them)."""
+        return set(self.handles)
+
+    def close(self) -> None:
+        """Release the pidfds and directory descriptors (idempotent)."""
+        for handle in self.handles.values():
+            handle.close()
+        self.dirs.close()
 
 
 def signal_steps(targets: Dict[int, Target], procs: Dict[int, _procs.Proc],
@@ -120,21 +142,39 @@ def _tmpdir_of(record: Optional[Dict[str, object]], state_dir: Optional[str],
     return path, None
 
 
-def _file_candidates(opts: Options, ignore: Set[int]) -> Tuple[List[_shm.ShmEntry], List[_shm.ShmEntry]]:
-    """Known /dev/shm patterns + children of purge paths; a holder that is a target (about to
-    die) does not count, any other live holder keeps the file."""
-    roots = ([opts.shm_dir] if opts.shm_cleanup else []) + list(opts.purge_paths)
-    if not roots:
+def open_dirs(opts: Options, euid: int) -> Dirs:
+    """Open and check the shm dir and every purge dir, or raise SglangError(unsafe_purge_path)
+    before anything is signalled (check mode too, so a play can refuse before stopping)."""
+    dirs = Dirs()
+    try:
+        if opts.shm_cleanup:
+            dirs.shm = _purge.open_checked(os.path.realpath(opts.shm_dir), euid, shared_ok=True)
+        for path in opts.purge_paths:
+            dirs.purge.append(_purge.open_checked(path, euid))
+    except BaseException:
+        dirs.close()
+        raise
+    return dirs
+
+
+def _file_candidates(dirs: Dirs, scope: Scope, euid: int, ignore: Set[int]
+                     ) -> Tuple[List[_shm.ShmEntry], List[_shm.ShmEntry]]:
+    """Known /dev/shm patterns (only the module user's files unless all_users) + children of
+    purge dirs; a holder that is a target (about to die) does not count, any other live holder
+    keeps the file. The /proc walk for holders runs only when there is something to delete."""
+    entries: List[_shm.ShmEntry] = []
+    if dirs.shm is not None and dirs.shm.fd is not None:
+        entries.extend(_shm.scan_checked(dirs.shm, _shm.PATTERNS, {}, owner=None if scope.all_users else euid))
+    for checked in dirs.purge:
+        entries.extend(_shm.purge_checked(checked, {}))
+    if not entries:
         return [], []
-    held = _shm.open_or_mapped(roots)
+    opened = [d for d in ([dirs.shm] if dirs.shm else []) + dirs.purge if d.fd is not None]
+    held = _shm.open_or_mapped([d.path for d in opened])
     held = {path: {p for p in pids if p not in ignore and _procs.is_alive(p)} for path, pids in held.items()}
     held = {path: pids for path, pids in held.items() if pids}
-    entries: List[_shm.ShmEntry] = []
-    if opts.shm_cleanup:
-        entries.extend(_shm.scan(opts.shm_dir, _shm.PATTERNS, held))
-    for path in opts.purge_paths:
-        if os.path.isdir(path) and not os.path.islink(path):
-            entries.extend(_shm.purge_entries(path, held))
+    for entry in entries:
+        entry.holders = _shm.holders(entry.path, held)
     return [e for e in entries if not e.holders], [e for e in entries if e.holders]
 
 
@@ -146,17 +186,47 @@ def _record_files(scope: Scope) -> List[str]:
                         _record.exit_path(scope.state_dir, scope.name)) if os.path.exists(p)]
 
 
+def _launch_exited(scope: Scope, record: Optional[Dict[str, object]]) -> bool:
+    """The launch's exit file exists (the supervisor writes it when the server has exited)."""
+    if not (record and scope.name and scope.state_dir):
+        return False
+    launch_id = record.get("launch_id")
+    path = _record.exit_path(scope.state_dir, scope.name)
+    return _record.read_launch_exit(path, launch_id if isinstance(launch_id, str) else None) is not None
+
+
+def open_handles(targets: Dict[int, Target]) -> Dict[int, _pidfd.Handle]:
+    """A pidfd per target, verified against the planned start time; a target already gone
+    gets none (and is never signalled)."""
+    handles: Dict[int, _pidfd.Handle] = {}
+    for pid, target in targets.items():
+        handle = _pidfd.open_handle(pid, target.proc.start_time)
+        if handle is not None:
+            handles[pid] = handle
+    return handles
+
+
 def make_plan(scope: Scope, opts: Options, world: Optional[World] = None) -> Plan:
-    world = world or World.capture(scope, opts.gpu_backend)
-    record = None
-    record_files = _record_files(scope)
-    if scope.name and scope.state_dir:
-        record = _record.read_record(scope.state_dir, scope.name)
-    selection = select(scope, world, record)
-    steps = signal_steps(selection.targets, world.procs, world.own_pids)
-    files, kept = _file_candidates(opts, set(selection.targets))
-    tmpdir, note = _tmpdir_of(record, scope.state_dir, scope.name)
-    return Plan(scope, selection, world, record, steps, files, kept, tmpdir, note, record_files)
+    euid = world.euid if world else os.geteuid()
+    dirs = open_dirs(opts, euid)
+    handles: Dict[int, _pidfd.Handle] = {}
+    try:
+        world = world or World.capture(scope, opts.gpu_backend)
+        record = None
+        record_files = _record_files(scope)
+        if scope.name and scope.state_dir:
+            record = _record.read_record(scope.state_dir, scope.name)
+        selection = select(scope, world, record, _launch_exited(scope, record))
+        handles = open_handles(selection.targets)
+        steps = signal_steps(selection.targets, world.procs, world.own_pids)
+        files, kept = _file_candidates(dirs, scope, world.euid, set(selection.targets))
+        tmpdir, note = _tmpdir_of(record, scope.state_dir, scope.name)
+    except BaseException:
+        for handle in handles.values():
+            handle.close()
+        dirs.close()
+        raise
+    return Plan(scope, selection, world, record, steps, files, kept, tmpdir, note, record_files, handles, dirs)
 
 
 def check_preconditions(plan: Plan) -> None:
@@ -178,100 +248,82 @@ def check_preconditions(plan: Plan) -> None:
 
 # --- act --------------------------------------------------------------------------------------
 
-def _send(pid: int, start_time: float, sig: int) -> str:
-    """Signal one process only if it is still the one we planned for. A pidfd pins the
-    identity between the start-time check and the signal, so a reused pid is never hit."""
-    fd: Optional[int] = None
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return "gone"
-    except (AttributeError, OSError):
-        fd = None
-    try:
-        if not _procs.is_alive(pid, start_time):
-            return "gone"
-        if fd is not None:
-            signal.pidfd_send_signal(fd, sig)
-        else:
-            os.kill(pid, sig)
-        return "sent"
-    except ProcessLookupError:
-        return "gone"
-    except PermissionError:
-        return "permission denied"
-    finally:
-        if fd is not None:
-            os.close(fd)
-
-
-def _alive(target: Target) -> bool:
-    return _procs.is_alive(target.proc.pid, target.proc.start_time)
-
-
-def _deliver(steps: List[SignalStep], targets: Dict[int, Target], sig: int, errors: List[str]) -> List[Dict[str, object]]:
-    """Send `sig` to the steps; a group is re-checked first and split into pids when a
-    non-target joined it meanwhile."""
+def _deliver(steps: List[SignalStep], handles: Dict[int, _pidfd.Handle], sig: int,
+             errors: List[str]) -> List[Dict[str, object]]:
+    """Send `sig` to every planned process of the steps through its own pidfd. No killpg: a
+    group id can outlive its members and be reused; processes forked into the group meanwhile
+    are adopted (with the same rules) instead."""
     sent: List[Dict[str, object]] = []
     name = signal.Signals(sig).name
-    live = [pid for step in steps for pid in step.pids if _alive(targets[pid])]
-    if not live:
-        return sent
-    procs = _procs.snapshot() if any(s.kind == "group" for s in steps) else {}
-    known = set(targets)
     for step in steps:
-        pids = [pid for pid in step.pids if _alive(targets[pid])]
-        if not pids:
-            continue
-        if step.kind == "group":
-            members = {p.pid for p in procs.values() if p.pgid == step.ident and not p.is_zombie}
-            strangers = {m for m in members if m not in known and not (_procs.ancestors(m, procs) & known)}
-            if members and not strangers:
-                try:
-                    os.killpg(step.ident, sig)
-                    sent.append(step.to_dict(name))
-                    continue
-                except ProcessLookupError:
-                    continue
-                except PermissionError as exc:
-                    errors.append("killpg(%d, %s): %s" % (step.ident, name, exc))
-        for pid in pids:
-            outcome = _send(pid, targets[pid].proc.start_time, sig)
+        reached = []
+        for pid in step.pids:
+            handle = handles.get(pid)
+            if handle is None:
+                continue
+            outcome = handle.send(sig)
             if outcome == "sent":
-                sent.append(SignalStep("pid", pid, [pid]).to_dict(name))
+                reached.append(pid)
             elif outcome != "gone":
                 errors.append("kill(%d, %s): %s" % (pid, name, outcome))
+        if reached:
+            sent.append({"signal": name, "kind": step.kind, "id": step.ident, "pids": sorted(reached)})
     return sent
 
 
-def _wait_gone(targets: Dict[int, Target], pending: Set[int], deadline: float, ended: Dict[int, str],
+def _wait_gone(handles: Dict[int, _pidfd.Handle], pending: Set[int], deadline: float, ended: Dict[int, str],
                label: str) -> None:
+    """Until every pending target has exited or the deadline; pidfds wake the wait on exit."""
     while pending:
         for pid in list(pending):
-            if not _alive(targets[pid]):
+            if handles[pid].exited():
                 pending.discard(pid)
                 ended.setdefault(pid, label)
-        if not pending or time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if not pending or left <= 0:
             return
-        time.sleep(POLL)
+        _pidfd.wait_exit([handles[p] for p in pending], min(POLL, left))
 
 
-def _adopt_new_children(targets: Dict[int, Target], plan: Plan) -> List[int]:
-    """Children forked after the plan (a server spawning during shutdown) go too."""
+def _adopt(plan: Plan, targets: Dict[int, Target], handles: Dict[int, _pidfd.Handle]
+           ) -> Tuple[List[int], Dict[int, _procs.Proc]]:
+    """Processes that appeared under a live target after the plan (a server forking during
+    shutdown, a worker forked into a whole-target process group) join the teardown, if they pass
+    the rules every planned target passed. A pid the plan refused is never adopted.
+
+    The snapshot is read first, the parents' (or group anchors') liveness checked after: a
+    parent still alive then was alive when its child was read, so the relation is real and
+    the group id cannot have been reused."""
     procs = _procs.snapshot()
     kids = _procs.children_map(procs)
+    live = {pid for pid, h in handles.items() if pid in targets and not h.exited()}
+    whole_groups = {s.ident for s in plan.steps if s.kind == "group"}
+    anchored = {targets[pid].proc.pgid for pid in live} & whole_groups
+    sel = plan.selection
     added: List[int] = []
-    stack = [pid for pid in targets if _alive(targets[pid])]
-    while stack:
-        parent = stack.pop()
-        for child in kids.get(parent, []):
-            proc = procs.get(child)
-            if child in targets or proc is None or proc.is_zombie or child in plan.world.own_pids:
-                continue
-            targets[child] = Target(proc, ["child of %d (appeared during teardown)" % parent])
-            added.append(child)
-            stack.append(child)
-    return added
+    queue: List[Tuple[int, int, str]] = [(child, parent, "child of %d" % parent)
+                                         for parent in sorted(live) for child in kids.get(parent, [])]
+    queue += [(p.pid, p.pgid, "member of process group %d" % p.pgid) for p in procs.values()
+              if p.pgid in anchored and p.pid not in targets]
+    while queue:
+        pid, via, relation = queue.pop(0)
+        proc = procs.get(pid)
+        if pid in targets or pid in sel.never or proc is None or proc.is_zombie:
+            continue
+        reason = "%s (appeared during teardown)" % relation
+        parent = targets.get(via)
+        why = adoption_refusal(proc, plan.scope, plan.world, via_port=bool(parent and parent.via_port))
+        if why:
+            sel.refuse(proc, [reason], why, plan.world)
+            continue
+        handle = _pidfd.open_handle(pid, proc.start_time)
+        if handle is None:
+            continue      # already gone
+        targets[pid] = Target(proc, [reason], via_port=bool(parent and parent.via_port))
+        handles[pid] = handle
+        added.append(pid)
+        queue.extend((child, pid, "child of %d" % pid) for child in kids.get(pid, []))
+    return added, procs
 
 
 def _wchan(pid: int) -> str:
@@ -294,9 +346,10 @@ def _gpus_after(report: _gpus.GpuReport, indexes: Optional[List[int]]) -> List[D
             for g in report.gpus if indexes is None or g.index in indexes]
 
 
-def _remove_files(plan: Plan, opts: Options) -> Tuple[List[Dict[str, object]], List[Dict[str, object]], List[str]]:
-    """Re-scan after the processes are gone: only files no live process holds are removed."""
-    files, kept = _file_candidates(opts, set())
+def _remove_files(plan: Plan) -> Tuple[List[Dict[str, object]], List[Dict[str, object]], List[str]]:
+    """Re-list after the processes are gone, through the descriptors checked when planning:
+    only files no live process holds are removed."""
+    files, kept = _file_candidates(plan.dirs, plan.scope, plan.world.euid, set())
     removed: List[Dict[str, object]] = []
     errors: List[str] = []
     for entry in files:
@@ -306,6 +359,41 @@ def _remove_files(plan: Plan, opts: Options) -> Tuple[List[Dict[str, object]], L
         else:
             removed.append({"path": entry.path, "size": entry.size})
     return removed, [_kept(e) for e in kept], errors
+
+
+def _remove_instance_files(plan: Plan, errors: List[str]) -> Tuple[Optional[str], List[str]]:
+    """The instance TMPDIR and, re-listed now (the supervisor writes <name>.exit.json as the
+    server dies, after planning), the record and exit file: through descriptors of the state dir."""
+    tmpdir_removed = None
+    euid = plan.world.euid
+    if plan.tmpdir:
+        real = os.path.join(os.path.realpath(os.path.dirname(plan.tmpdir)), os.path.basename(plan.tmpdir))
+        try:
+            done, problems = _purge.remove_dir(real, euid)
+        except SglangError as exc:
+            done, problems = False, [exc.msg]
+        errors.extend(problems)
+        tmpdir_removed = plan.tmpdir if done else None
+    record_removed: List[str] = []
+    paths = _record_files(plan.scope)
+    if not paths:
+        return tmpdir_removed, record_removed
+    try:
+        state = _purge.open_checked(os.path.realpath(os.path.dirname(paths[0])), euid)
+    except SglangError as exc:
+        errors.append(exc.msg)
+        return tmpdir_removed, record_removed
+    try:
+        for path in paths:
+            problems = _purge.remove_at(state.fd, os.path.basename(path), state.dev, owner=euid) \
+                if state.fd is not None else []
+            if problems:
+                errors.extend("%s: %s" % (os.path.dirname(path), p) for p in problems)
+            else:
+                record_removed.append(path)
+    finally:
+        state.close()
+    return tmpdir_removed, record_removed
 
 
 def _kept(entry: _shm.ShmEntry) -> Dict[str, object]:
@@ -321,16 +409,18 @@ def summary(plan: Plan) -> Dict[str, object]:
     return {
         "targets": [sel.targets[pid].to_dict() for pid in sorted(sel.targets)],
         "other_instances": sel.other_instances,
+        "other_namespaces": sel.other_namespaces,
         "device_file_holders": sel.device_file_holders,
         "foreign_gpu_processes": sel.foreign_gpu,
-        "skipped": sel.skipped,
+        "spared": sel.spared,
         "record": {"notes": sel.record_notes, "files": plan.record_files, "tmpdir": plan.tmpdir,
                    "tmpdir_note": plan.tmpdir_note},
     }
 
 
 def _live_targets(plan: Plan) -> Dict[int, Target]:
-    return {pid: t for pid, t in plan.targets.items() if _alive(t)}
+    """Targets alive when planned (the ones a real run signals)."""
+    return {pid: t for pid, t in plan.targets.items() if pid in plan.live}
 
 
 def check_mode_result(plan: Plan) -> Dict[str, object]:
@@ -364,33 +454,47 @@ def diff_of(plan: Plan, result: Dict[str, object]) -> Dict[str, str]:
 
 
 def execute(plan: Plan, opts: Options) -> Dict[str, object]:
-    """Stop the targets and prove it. Returns the result; `failed`/`msg`/`reason` set on failure."""
+    """Stop the targets and prove it. Returns the result; `failed`/`msg`/`reason` set on failure.
+    Releases the plan's descriptors when done."""
+    try:
+        return _execute(plan, opts)
+    finally:
+        plan.close()
+
+
+def _execute(plan: Plan, opts: Options) -> Dict[str, object]:
     timings: Dict[str, float] = {}
     targets = dict(plan.targets)
+    handles = dict(plan.handles)
     ended: Dict[int, str] = {}
     errors: List[str] = []
     signals: List[Dict[str, object]] = []
 
-    for pid, target in targets.items():
-        if not _alive(target):
+    for pid in targets:
+        if pid not in handles or handles[pid].exited():
             ended[pid] = "already-gone"
     pending = {pid for pid in targets if pid not in ended}
 
     t = time.monotonic()
     if pending:
-        signals += _deliver(plan.steps, targets, signal.SIGTERM, errors)
-        _wait_gone(targets, pending, t + opts.grace_period, ended, "SIGTERM")
+        signals += _deliver(plan.steps, handles, signal.SIGTERM, errors)
+        new, _snap = _adopt(plan, targets, handles)
+        if new:
+            pending.update(new)
+            signals += _deliver([SignalStep("pid", pid, [pid]) for pid in sorted(new)], handles,
+                                signal.SIGTERM, errors)
+        _wait_gone(handles, pending, t + opts.grace_period, ended, "SIGTERM")
     timings["term"] = round(time.monotonic() - t, 3)
 
     t = time.monotonic()
     deadline = t + opts.timeout
     if pending:
-        new = _adopt_new_children(targets, plan)
+        new, snap = _adopt(plan, targets, handles)
         pending.update(new)
         live = {pid: targets[pid] for pid in pending}
-        steps = signal_steps(live, _procs.snapshot(), plan.world.own_pids)
-        signals += _deliver(steps, targets, signal.SIGKILL, errors)
-        _wait_gone(targets, pending, deadline, ended, "SIGKILL")
+        steps = signal_steps(live, snap, plan.world.own_pids)
+        signals += _deliver(steps, handles, signal.SIGKILL, errors)
+        _wait_gone(handles, pending, deadline, ended, "SIGKILL")
     timings["kill"] = round(time.monotonic() - t, 3)
 
     survivors, d_state = [], []
@@ -409,22 +513,11 @@ def execute(plan: Plan, opts: Options) -> Dict[str, object]:
 
     ok = not survivors and not ports_after and not gpu_left and not errors
     t = time.monotonic()
-    removed, kept, file_errors = _remove_files(plan, opts)
-    tmpdir_removed = None
+    removed, kept, file_errors = _remove_files(plan)
+    tmpdir_removed: Optional[str] = None
     record_removed: List[str] = []
     if ok and opts.remove_record:
-        if plan.tmpdir and os.path.isdir(plan.tmpdir):
-            shutil.rmtree(plan.tmpdir, ignore_errors=True)
-            tmpdir_removed = plan.tmpdir if not os.path.exists(plan.tmpdir) else None
-        # Re-list now: the supervisor writes <name>.exit.json as the server dies, after planning.
-        for path in _record_files(plan.scope):
-            try:
-                os.unlink(path)
-                record_removed.append(path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                file_errors.append("%s: %s" % (path, exc.strerror or exc))
+        tmpdir_removed, record_removed = _remove_instance_files(plan, file_errors)
     timings["cleanup"] = round(time.monotonic() - t, 3)
 
     killed = []

@@ -11,10 +11,14 @@ module: sglang_teardown
 short_description: Stop SGLang servers completely, with a reason for every process stopped
 description:
   - Selects teardown targets, each with the reasons it was chosen, from the launch record of
-    O(name) in O(state_dir) (main process, supervisor, process group and session, all checked
-    against PID reuse), every process carrying the instance marker
+    O(name) in O(state_dir) (main process and supervisor, pid and start time checked against PID
+    reuse; members of its process group and session only while the recorded leader is alive
+    with its recorded start time, or when they carry this launch's marker, and never once the
+    launch's exit file exists), every process carrying the instance marker
     C(LLMOPS_SGLANG_INSTANCE=name) and C(LLMOPS_SGLANG_STATE_DIR=state_dir) in its environment
     (this finds children that escaped into their own session or were reparented to init),
+    sglang processes that write the launch log or run in the instance TMPDIR (these files only
+    support a process that already looks like sglang - a shell cd'd into the TMPDIR is not taken),
     sglang servers by process title or command line (C(sglang::*), C(-m sglang.launch_server),
     C(sglang serve)), listeners on O(ports) (IPv4 and IPv6), command lines matching O(patterns),
     and the descendants of all of those.
@@ -23,17 +27,25 @@ description:
     listens on a managed port (a conflict the operator named by giving that port).
   - Never targets the module itself and its ancestors (ansible, the ssh session, the shell),
     PID 1, kernel threads, protected names (O(protect)) or other users' processes unless
-    O(all_users).
+    O(all_users); these are reported in RV(spared). Never targets a process in another PID
+    namespace (a container's) unless the launch record names it; matches there are reported in
+    RV(other_namespaces).
   - Compute processes on the managed O(gpus) that are not targets are foreign; by default the
-    task fails before any signal, naming each. Processes that hold C(/dev/nvidia*) open but are
+    task fails before any signal, naming each. One in another PID namespace is foreign even with
+    O(foreign_gpu_processes=kill). Processes that hold C(/dev/nvidia*) open but are
     not listed by NVML are only reported (the fuser view says "uses CUDA", not "uses GPU N").
-  - Sends SIGTERM (to a whole process group only when every member is a target, else to each
-    pid), waits up to O(grace_period), sends SIGKILL to what remains, and waits for exit (a
-    zombie counts as gone). Then verifies within O(timeout) that no target is alive, no listener
+  - Takes a pidfd on every target when planning (start time verified right after) and sends
+    every signal through it, so a pid recycled between plan and signal never receives one (where
+    pidfds are unavailable, a start-time check immediately before kill). Sends SIGTERM, waits up
+    to O(grace_period), sends SIGKILL to what remains, and waits for exit (a zombie counts as
+    gone). Processes that appear under a target meanwhile join only if they pass the same rules
+    as planned targets; a process the plan spared is never taken later. Then verifies within O(timeout) that no target is alive, no listener
     is left on O(ports) and the GPU backend lists no target on the managed GPUs.
-  - Removes leftover files in O(shm_dir) matching known sglang/torch/NCCL patterns and the
-    contents of O(purge_paths), only where no live process holds them open or mapped; removes the
-    instance TMPDIR, the launch record and the exit file after a successful teardown.
+  - Removes leftover files in O(shm_dir) matching known sglang/torch/NCCL patterns (only the
+    module user's unless O(all_users)) and the contents of O(purge_paths), only where no live
+    process holds them open or mapped; removes the instance TMPDIR, the launch record and the exit
+    file after a successful teardown. Every directory it deletes in is opened once without
+    following symlinks, checked, and emptied through that descriptor.
   - Holds the per-instance lock while acting, so a launch and a teardown of one instance never
     interleave.
 version_added: "0.1.0"
@@ -74,7 +86,9 @@ options:
     type: bool
     default: true
   all_users:
-    description: Also target processes of other users (default only the user the module runs as).
+    description:
+      - Also target processes of other users, and remove other users' files matching the shm
+        patterns in O(shm_dir) (default only the user the module runs as).
     type: bool
     default: false
   protect:
@@ -99,18 +113,30 @@ options:
     type: float
     default: 60
   shm_cleanup:
-    description: Remove unheld files in O(shm_dir) matching the known sglang, torch and NCCL patterns.
+    description:
+      - Remove unheld files in O(shm_dir) matching the known sglang, torch and NCCL patterns,
+        owned by the module's user (everyone's with O(all_users)).
     type: bool
     default: true
   shm_dir:
-    description: Shared-memory directory to clean.
+    description:
+      - Shared-memory directory to clean. It and every directory above it must belong to root
+        or the module's user, writable by others only when sticky (like /dev/shm).
     type: path
     default: /dev/shm
   purge_paths:
     description:
       - Directories to empty (the directory itself stays), e.g. a hidden-state dump directory.
-        Entries held open or mapped by a live process are kept. Shared roots such as C(/dev/shm)
-        or C(/tmp) are refused.
+        Entries held open or mapped by a live process are kept.
+      - Judged on the resolved path (symlinks followed once, when validating) - refused with
+        C(bad_purge_path) - a shared root (C(/), C(/tmp), C(/dev/shm), C(/home), C(/root), ...),
+        anything in a system tree (C(/var) and everything under it but C(/var/tmp/*), C(/usr),
+        C(/etc), C(/dev) but C(/dev/shm/*), ...), a user's home C(/home/NAME), the state dir,
+        anything in it or above it, and anything above O(shm_dir).
+      - Refused with C(unsafe_purge_path), in check mode too and before any signal - a directory
+        not owned by root or the module's user, or writable by group or others; a symlink or a
+        directory writable by other users (unless sticky) anywhere on the way. A missing
+        directory is nothing to do.
     type: list
     elements: path
     default: []
@@ -173,7 +199,9 @@ killed:
   sample: [{"pid": 4243, "name": "sglang::schedul", "cmdline": "sglang::scheduler_TP0", "user": "root",
             "reason": "child of 4242", "signal": "SIGTERM"}]
 signals:
-  description: Signals sent (in check mode, the SIGTERMs that would be sent) to groups or pids.
+  description:
+    - Signals sent (in check mode, the SIGTERMs that would be sent), each to the listed pids through their pidfds.
+      C(kind) is C(group) when every member of that process group is a target, else C(pid).
   returned: always
   type: list
   elements: dict
@@ -193,11 +221,25 @@ other_instances:
   returned: always
   type: list
   elements: dict
-skipped:
-  description: Processes a reason selected but a protection excluded (why_not says which).
+other_namespaces:
+  description:
+    - Processes a reason selected that live in another PID namespace (a container), left alone
+      (would_be lists the reasons, pid_namespace the namespace).
   returned: always
   type: list
   elements: dict
+  sample: [{"pid": 5150, "name": "python", "user": "root", "cmdline": "python -m sglang.launch_server --port 30000",
+            "would_be": ["command line: python -m sglang.launch_server"], "pid_namespace": "pid:[4026532179]"}]
+spared:
+  description:
+    - Processes a reason selected but a protection excluded (why_not says which), including
+      processes that appeared under a target during the teardown and were refused.
+    - Named C(spared), not C(skipped), which Ansible reserves for tasks that did not run.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"pid": 812, "name": "dcgm-exporter", "user": "root", "cmdline": "/usr/bin/dcgm-exporter",
+            "would_be": ["child of 4242"], "why_not": "protected name (dcgm*)"}]
 device_file_holders:
   description: Processes holding /dev/nvidia* open that the GPU backend does not list; target says whether they were stopped.
   returned: always
@@ -209,10 +251,21 @@ foreign_gpu_processes:
   type: list
   elements: dict
 gpus_after:
-  description: Managed GPUs after teardown (memory used, processes still listed).
+  description: Managed GPUs after teardown (memory used, processes still listed, each with its pid_namespace own, other or not visible).
   returned: success
   type: list
   elements: dict
+gpu_processes_left:
+  description: Target pids the GPU backend still lists on the managed GPUs after teardown, with MiB per GPU (the task fails when not empty).
+  returned: success
+  type: dict
+errors:
+  description:
+    - Signals that could not be sent and files that could not be removed (a directory or file that
+      changed owner or became a mount point is kept and named here).
+  returned: success
+  type: list
+  elements: str
 ports_after:
   description: Listeners still on the managed ports after teardown (the task fails when not empty).
   returned: success
@@ -248,8 +301,8 @@ timings:
   sample: {"plan": 0.04, "term": 0.35, "kill": 0.0, "verify": 0.0, "cleanup": 0.01}
 reason:
   description: On failure, a machine-readable code (bad_pattern, bad_port, bad_gpu, bad_name, bad_option,
-    bad_protect, bad_purge_path, empty_scope, scope_conflict, foreign_gpu_processes, locked, survivors, d_state,
-    signal_failed, port_still_held, gpu_not_released, unsupported).
+    bad_protect, bad_purge_path, unsafe_purge_path, empty_scope, scope_conflict, foreign_gpu_processes, locked,
+    survivors, d_state, signal_failed, port_still_held, gpu_not_released, unsupported).
   returned: failure
   type: str
 """
@@ -292,27 +345,26 @@ def _run(module: AnsibleModule) -> None:
     def act() -> dict:
         start = time.monotonic()
         plan = _teardown.make_plan(scope, opts)
-        _teardown.check_preconditions(plan)
-        plan_s = round(time.monotonic() - start, 3)
-        if module.check_mode:
-            result = _teardown.check_mode_result(plan)
-            result["timings"] = {"plan": plan_s}
-        else:
-            result = _teardown.execute(plan, opts)
-            result["timings"] = dict(plan=plan_s, **result["timings"])
-        if module._diff:
-            result["diff"] = _teardown.diff_of(plan, result)
+        try:
+            _teardown.check_preconditions(plan)
+            plan_s = round(time.monotonic() - start, 3)
+            if module.check_mode:
+                result = _teardown.check_mode_result(plan)
+                result["timings"] = {"plan": plan_s}
+            else:
+                result = _teardown.execute(plan, opts)
+                result["timings"] = dict(plan=plan_s, **result["timings"])
+            if module._diff:
+                result["diff"] = _teardown.diff_of(plan, result)
+        finally:
+            plan.close()
         return result
 
-    # Check mode takes no lock: it must not even create the state dir.
+    # Check mode takes no lock: it must not even create the state dir. A lock that stays taken
+    # fails with the reason the lock sets (locked).
     if p["name"] and not module.check_mode:
-        try:
-            with instance_lock(state_dir, p["name"], timeout=max(30.0, p["timeout"])):
-                result = act()
-        except SglangError as exc:
-            if "reason" not in exc.details and "holds" in exc.msg:
-                exc.details["reason"] = "locked"
-            raise
+        with instance_lock(state_dir, p["name"], timeout=max(30.0, p["timeout"])):
+            result = act()
     else:
         result = act()
     if result.pop("failed", False):

@@ -104,7 +104,7 @@ def test_normal_tree_check_mode_decoys_shm_and_idempotence(spawn, emulator_pytho
     assert not check.get("failed"), check.get("msg")
     assert check["changed"] is True
     assert set(pids) <= {t["pid"] for t in check["targets"]}
-    assert protected.pid in {s["pid"] for s in check["skipped"]}
+    assert protected.pid in {s["pid"] for s in check["spared"]}
     assert {t["pid"] for t in check["targets"]}.isdisjoint({tail.pid, protected.pid, listener.pid, holder.pid, os.getpid()})
     assert [os.path.basename(f["path"]) for f in check["shm_removed"]] == ["sgl_shm_x_1_abc"]
     assert check["signals"] and check["signals"][0]["signal"] == "SIGTERM"

@@ -115,9 +115,10 @@ def shared_tmp() -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def sticky_dir(parent: str, name: str = "shm") -> str:
-    """A world-writable sticky directory like /dev/shm or /tmp, inside `parent`."""
-    path = os.path.join(parent, name)
+@pytest.fixture
+def sticky_shm(shared_tmp: str) -> str:
+    """A world-writable sticky directory like /dev/shm or /tmp (inside shared_tmp)."""
+    path = os.path.join(shared_tmp, "shm")
     os.mkdir(path)
     os.chmod(path, 0o1777)
     return path

@@ -71,8 +71,8 @@ def test_title_sweep_is_precise_and_descends_and_protects():
     assert "command line: python -m sglang.launch_server" in sel.targets[110].reasons
     assert any(r.startswith("sglang process title") for r in sel.targets[111].reasons)
     assert "child of 110" in sel.targets[111].reasons
-    # the module's own ancestor whose command line mentions sglang is skipped, with why
-    assert any(s["pid"] == 900 and "ancestors" in s["why_not"] for s in sel.skipped) or 900 not in sel.targets
+    # the module's own ancestor whose command line mentions sglang is spared, with why
+    assert any(s["pid"] == 900 and "ancestors" in s["why_not"] for s in sel.spared) or 900 not in sel.targets
     # secrets never leave in clear
     assert "s3cret" not in sel.targets[110].to_dict()["cmdline"]
 
@@ -146,11 +146,11 @@ def test_launch_record_pid_reuse_and_group_members():
     assert not sel.targets and any("reused" in n for n in sel.record_notes)
 
 
-def test_other_users_are_skipped_unless_all_users_and_port_conflict_fails():
+def test_other_users_are_spared_unless_all_users_and_port_conflict_fails():
     procs = [P(700, 1, ["/venv/bin/python", "-m", "sglang.launch_server"], comm="python", uid=2000)]
     lis = [_ports.Listener(9000, "::", "ipv6", 1, [700])]
     sel = select(scope(ports=[9000]), world(procs, listeners=lis))
-    assert not sel.targets and sel.conflicts and "all_users is false" in sel.skipped[0]["why_not"]
+    assert not sel.targets and sel.conflicts and "all_users is false" in sel.spared[0]["why_not"]
     sel = select(scope(ports=[9000], all_users=True), world(procs, listeners=lis))
     assert 700 in sel.targets and not sel.conflicts
 
@@ -221,3 +221,61 @@ def test_kernel_threads_pid1_never_even_by_pattern():
     procs = [P(1, 0, ["/sbin/init", "zzunique"], comm="init", uid=UID), P(3, 2, [], comm="zzunique", uid=UID)]
     sel = select(scope(patterns=["zzunique"], sglang_processes=False), world(procs))
     assert not sel.targets
+
+
+def test_group_and_session_ids_need_their_recorded_leader_or_the_launch_marker():
+    procs = [P(600, 1, ["/usr/bin/python3", "supervisor"], comm="python3", pgid=600, sid=600, start=2000.0),
+             P(602, 1, ["sleep", "100"], comm="sleep", pgid=600, sid=600, start=2001.0),
+             P(603, 1, ["sleep", "100"], comm="sleep", pgid=600, sid=600, start=2001.0)]
+    envs = {602: {"PATH": "/bin"}, 603: {"LLMOPS_SGLANG_LAUNCH_ID": "L1"}}
+    record = {"launch_id": "L1", "pid": None, "supervisor_pid": 600, "supervisor_start_time": 2000.0,
+              "pgid": 600, "sid": 600, "launched_at": 2000.0}
+    sc = scope(name="mine", state_dir="/state", sglang_processes=False)
+    # leader alive with its recorded start time: the ids count
+    assert set(select(sc, world(procs, envs), record).targets) == {600, 602, 603}
+    # leader reused (start time differs): only the member carrying this launch's marker
+    sel = select(sc, world(procs, envs), dict(record, supervisor_start_time=1500.0))
+    assert set(sel.targets) == {603} and any("leader" in n for n in sel.record_notes)
+    # the launch's exit file exists: the ids count for nothing (the verified leader stays a target)
+    sel = select(sc, world(procs, envs), record, exited=True)
+    assert set(sel.targets) == {600} and any("exit file" in n for n in sel.record_notes)
+    # a record pid without a start time is never taken (PID reuse cannot be ruled out)
+    sel = select(sc, world(procs, envs), dict(record, supervisor_start_time=None, pgid=None, sid=None))
+    assert not sel.targets
+
+
+def test_launch_files_only_support_an_sglang_looking_process():
+    procs = [P(500, 1, ["sglang::tokenizer_worker:500"], comm="sglang::tokeniz"),
+             P(501, 1, ["/bin/bash"], comm="bash"),
+             P(502, 501, ["make"], comm="make")]
+    files = {pid: OpenFiles("/state/mine.tmp", [(1, "/logs/mine.log", True)]) for pid in (500, 501, 502)}
+    insts = [InstanceFiles("mine", "/logs/mine.log", "/state/mine.tmp")]
+    w = world(procs, {500: {}, 501: {"PATH": "/bin"}, 502: {"PATH": "/bin"}}, files=files, instances=insts)
+    sel = select(scope(name="mine", state_dir="/state", sglang_processes=False), w)
+    assert set(sel.targets) == {500}
+
+
+def test_pid_2_in_a_pid_namespace_is_not_a_kernel_thread():
+    from ansible_collections.llmops.sglang.plugins.module_utils._targets import is_kernel_thread
+    assert not is_kernel_thread(P(2, 1, ["/venv/bin/python", "-m", "sglang.launch_server"], comm="python"))
+    assert is_kernel_thread(P(2, 0, [], comm="kthreadd")) and is_kernel_thread(P(77, 2, [], comm="kworker/1:1"))
+    assert is_kernel_thread(_procs.Proc(pid=9, ppid=5, pgid=0, sid=0, comm="x", state="S", uid=0, start_time=1.0,
+                                        kthread=True))
+
+
+def test_other_pid_namespace_never_a_target_unless_the_record_names_it():
+    procs = [P(10, 1, ["/venv/bin/python", "-m", "sglang.launch_server"], comm="python", start=3000.0),
+             P(11, 10, ["sglang::scheduler_TP0"], comm="sglang::schedul", start=3000.5),
+             P(20, 1, ["/venv/bin/python", "-m", "sglang.launch_server"], comm="python", start=3000.0),
+             P(21, 20, ["sleep", "1"], comm="sleep", start=3000.5)]
+    w = world(procs)
+    w.own_pidns = "pid:[1]"
+    w.pidns = {10: "pid:[2]", 11: "pid:[2]", 20: "pid:[1]", 21: "pid:[2]"}.get
+    sel = select(scope(), w)
+    assert set(sel.targets) == {20}
+    assert {o["pid"] for o in sel.other_namespaces} == {10, 11, 21}
+    assert all(o["pid_namespace"] for o in sel.other_namespaces) and not sel.spared
+    record = {"pid": 10, "start_time": 3000.0}
+    sel = select(scope(name="mine", state_dir="/state", sglang_processes=False), w, record)
+    assert set(sel.targets) == {10}          # named by the record; its container child is not
+    assert {o["pid"] for o in sel.other_namespaces} == {11}

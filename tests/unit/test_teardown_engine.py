@@ -11,7 +11,7 @@ from typing import List
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils import _pidfd, _procs, _teardown
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
 
@@ -113,8 +113,13 @@ def test_shm_and_purge_keep_what_a_live_process_holds(tmp_path, started, token):
 def test_pid_reuse_guard_never_signals_another_process(started, token):
     proc = start_tree(started, token)
     real = _procs.read_proc(proc.pid)
-    assert _teardown._send(proc.pid, real.start_time + 100.0, signal.SIGTERM) == "gone"
+    # planned with another start time: no handle (pidfd path), and the fallback path sends nothing
+    assert _pidfd.open_handle(proc.pid, real.start_time + 100.0) is None
+    assert _pidfd.Handle(proc.pid, real.start_time + 100.0, None).send(signal.SIGTERM) == "gone"
     assert _procs.is_alive(proc.pid)
+    handle = _pidfd.open_handle(proc.pid, real.start_time)
+    assert handle is not None and not handle.exited()
+    handle.close()
 
 
 def test_d_state_is_reported_with_wchan(monkeypatch, tmp_path, started, token):
@@ -124,7 +129,7 @@ def test_d_state_is_reported_with_wchan(monkeypatch, tmp_path, started, token):
     stuck = _procs.read_proc(proc.pid)
     stuck.state = "D"
     real_read = _procs.read_proc
-    monkeypatch.setattr(_teardown, "_alive", lambda target: True)
+    monkeypatch.setattr(_pidfd.Handle, "exited", lambda self: False)
     monkeypatch.setattr(_teardown, "_deliver", lambda *a, **k: [])
     monkeypatch.setattr(_procs, "read_proc", lambda pid: stuck if pid == proc.pid else real_read(pid))
     result = _teardown.execute(plan, opts)
