@@ -351,11 +351,13 @@ def _holder_kind(pid: int, members: Set[int], launch_id: Optional[str]) -> Tuple
     Another user's process, or one in another PID namespace (a container), never counts as
     sglang here: a restart's teardown would not (and must not) stop it, and its command line
     proves nothing."""
-    if _is_instance_pid(pid, members, launch_id):
+    if pid in members:
         return True, "this instance"
     proc = _procs.read_proc(pid)
     if proc is None or proc.uid != os.geteuid() or other_pid_namespace(pid):
-        return False, None
+        return False, None  # a copied launch marker proves nothing either
+    if _is_instance_pid(pid, members, launch_id):
+        return True, "this instance"
     why = _procs.sglang_reason(proc)
     if why is None:
         marker = _procs.marker_of(pid) or {}
