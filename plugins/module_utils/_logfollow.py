@@ -9,17 +9,59 @@ gives and never looks before it. It survives the two things log management does 
 A deleted file keeps being read through the open descriptor (the server still writes there).
 SGLang's stderr is a redirect it never reopens, so after a rename it keeps writing to the OLD
 inode: the follower keeps draining the previous file too (one extra read per poll).
+
+Only regular files are read. The path is opened with O_NONBLOCK and checked with fstat before
+any read: a FIFO planted at the log path would block a plain open() forever, a device would
+stream endless bytes. Anything but a regular file is refused (reason `bad_log`).
+
+A re-check of a server that is already running reads only its startup (`read_head`, up to the
+ready line) and then new lines (`seek_near_end`): a long-running server's old lines are never read.
 """
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
-from typing import BinaryIO, List, Optional, Tuple
+from typing import BinaryIO, Callable, List, Optional, Tuple
+
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 # Bounded work per poll: a flood of output is consumed over several polls, never all at once.
 MAX_READ_PER_POLL = 4 * 1024 * 1024
 # A "line" without a newline for this long (a progress bar gone wild) is emitted in pieces.
 MAX_LINE = 64 * 1024
+HEAD_CHUNK = 64 * 1024
+
+_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+          (stat.S_ISDIR, "directory"), (stat.S_ISSOCK, "socket"))
+
+
+def file_kind(mode: int) -> str:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "special file"
+
+
+def open_regular(path: str) -> Optional[BinaryIO]:
+    """`path` opened for reading, or None when it does not exist. Never blocks (O_NONBLOCK) and
+    refuses anything but a regular file, after opening it (fstat: no check-then-open race)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise SglangError("the log %s is a directory, not a regular file: refusing to read it" % path,
+                          reason="bad_log", log_path=path)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise SglangError("the log %s is a %s, not a regular file: refusing to read it"
+                              % (path, file_kind(mode)), reason="bad_log", log_path=path)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @dataclass
@@ -72,9 +114,8 @@ class LogFollower:
     # -- file handling ----------------------------------------------------------------------
     def _open(self, first: bool) -> bool:
         """Open the file now at `path`; the first open honours the launch offset."""
-        try:
-            fh = open(self.path, "rb")
-        except FileNotFoundError:
+        fh = open_regular(self.path)
+        if fh is None:
             return False
         st = os.fstat(fh.fileno())
         start = 0
@@ -143,6 +184,46 @@ class LogFollower:
         data = b"".join(chunks)
         self.bytes_read += len(data)
         return self._split(data, final)
+
+    def read_head(self, max_bytes: int, stop: Callable[[str], bool]) -> List[str]:
+        """Lines from the start position (the launch offset) up to and including the first line
+        for which `stop` is true, reading at most `max_bytes`: a bounded look at the startup."""
+        if self._fh is None and not self._open(first=not self._opened_once):
+            self._note_missing("%s does not exist" % self.path)
+            return []
+        lines: List[str] = []
+        budget = max_bytes
+        while budget > 0:
+            data = self._read_available(min(HEAD_CHUNK, budget))
+            if not data:
+                break
+            budget -= len(data)
+            self.bytes_read += len(data)
+            for line in self._split(data, final=False):
+                lines.append(line)
+                if stop(line):
+                    return lines
+        return lines
+
+    def seek_near_end(self, keep_bytes: int = 0) -> None:
+        """Skip to `keep_bytes` before the end (never backwards), at a line start: what lies
+        between is never read. `keep_bytes=0`: only lines written from now on."""
+        if self._fh is None:
+            return
+        size = os.fstat(self._fh.fileno()).st_size
+        target = max(self._pos, size - max(0, keep_bytes))
+        if target <= self._pos:
+            return
+        self._partial = b""
+        self._fh.seek(target - 1)
+        before = self._fh.read(1)
+        self._pos = target
+        if before != b"\n":
+            # Mid-line: the rest of that line is a fragment; start at the next line.
+            rest = self._fh.readline()
+            self._pos += len(rest)
+            self.bytes_read += len(rest)
+        self._fh.seek(self._pos)
 
     def _note_missing(self, detail: str) -> None:
         if not self._missing_noted:

@@ -39,6 +39,42 @@ FATAL_PATTERNS: Tuple[str, ...] = (
     r"error while attempting to bind on address",
 )
 
+# Warnings of healthy servers that contain a fatal pattern's words: an optional dependency is
+# missing and skipped (read from the 0.5.23 source; the file that logs each is named). A line
+# matching one of these - and its continuation lines without a timestamp - never decides and is
+# never named as the cause of a failure.
+BENIGN_PATTERNS: Tuple[str, ...] = (
+    # srt/models/registry.py, srt/managers/multimodal_processor.py, srt/dllm/algorithm/__init__.py
+    r"Ignore import error when loading ",
+    # srt/utils/common.py (the error text follows on the next line)
+    r"Ignore .* reports ImportError with:",
+    # srt/distributed/device_communicators/custom_all_reduce_ops.py, custom_all_reduce_utils.py
+    r"Failed to import (?:from custom_ar|pynvml|pymtml|amdsmi) with ",
+    # srt/distributed/device_communicators/custom_all_reduce.py
+    r"Aiter custom all-reduce not available; falling back",
+    # srt/distributed/device_communicators/pymscclpp.py
+    r"PyMscclpp is unavailable because its dependencies failed to import",
+    # srt/disaggregation/mooncake/utils.py
+    r"Failed to import mooncake allocator for .*Falling back to default memory pool",
+    # srt/hardware_backend/npu/utils.py
+    r"NPU custom kernel packages unavailable: ",
+    # srt/multimodal/processors/mimo_audio.py, deepseek_v41.py
+    r"torchcodec is unavailable; ",
+    r"V4\.1 Rust image processor unavailable; using PIL",
+    # srt/layers/flashinfer_comm_fusion.py, attention/linear/kernels/{gdn,kda}_flashinfer.py
+    r"flashinfer\.comm allreduce_fusion API is not available",
+    r"FlashInfer (?:GDN|KDA) kernels? not available: ",
+    # srt/layers/attention/aiter_mla_gluon.py, srt/layers/quantization/fp8_hip.py
+    r"aiter mla gluon import error message: ",
+    r"FlyDSL unavailable: ",
+    # srt/mem_cache/pool_host/common.py
+    r"UMBPHostTensorAllocator unavailable \(",
+    # srt/utils/hf_transformers/tokenizer.py
+    r"Direct load as \S+ failed for .*Falling back to AutoTokenizer",
+    # srt/layers/attention/dsa_backend.py (print)
+    r"Multi-backend fused metadata copy kernel (?:failed with error|not available).*falling back to loop",
+)
+
 # uvicorn's bind failure: the port belongs to someone else (the stale-server incident).
 BIND_ERROR = re.compile(r"error while attempting to bind on address\s*\(?'?\[?([^'\]\s,]*)\]?'?,\s*(\d+)")
 BIND_ERROR_ANY = re.compile(r"error while attempting to bind on address")

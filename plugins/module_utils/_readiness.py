@@ -1,38 +1,45 @@
 """Is THIS launch ready? Identity, not health (DESIGN.md, "Rules that keep operators safe").
 
-Ready only when every proof holds:
+A launch that is starting is ready only when every proof holds:
 1. the ready line in this launch's log, after the launch offset (old lines never count);
 2. `Uvicorn running on http://H:P` for the expected port and no bind error;
-3. every listening socket on the port (IPv4 and IPv6) belongs to this instance;
+3. every listening socket on the port that collides with the launch's address (same family
+   and address, or a wildcard) belongs to this instance;
 4. /server_info reports the expected configuration;
-5. the requested health endpoint answers 200.
+5. the requested health endpoint answers 200;
+and then keeps holding for the settle window (process alive, port still this instance's).
+
+A server that already holds its port when the check begins (a re-check) is judged by the port
+owner, /server_info and health; its log only adds the ready line if it still has it (rotation,
+truncation and deletion are no failure), and its old lines are never scanned.
+
 Each poll is cheap (new log bytes, one /proc/<pid>/stat read, /proc/net/tcp only when needed),
 so a dead launch is reported within about one poll interval, with the lines that explain it.
 """
 from __future__ import annotations
 
-import collections
+import ipaddress
 import os
-import re
+import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Pattern, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _http, _logpatterns as lp
 from ansible_collections.llmops.sglang.plugins.module_utils import _ports, _procs, _record, _redact
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._logfollow import LogFollower
+from ansible_collections.llmops.sglang.plugins.module_utils._loganalysis import LogAnalyzer
 
 HEALTH_CHOICES = ("none", "health", "health_generate")
-DECISIVE_MAX = 40
-TAIL_LINES = 40
-WINDOW_LINES = 4000  # lines kept in memory for decisive-line context (startup logs are small)
-TRACEBACK_LOOKBACK = 400  # deep stacks: ~2 lines per frame
-FATAL_SETTLE_S = 1.0  # after a fatal line, read this long for the rest of the traceback
+FATAL_SETTLE_S = 1.0  # after a decisive line, read this long for the rest of the traceback
 EXIT_FILE_WAIT_S = 1.0  # the supervising parent writes the exit file just after the exit
 LOG_MISSING_GRACE_S = 5.0
 VERIFY_EVERY_S = 0.5  # HTTP/identity checks need not run at the log cadence
 STALE_CHECK_EVERY_S = 1.0
+SETTLE_DEFAULT_S = 2.0
+HEAD_BYTES = 4 * 1024 * 1024  # a running server's startup is read up to its ready line, at most this
+DEAD_TAIL_BYTES = 256 * 1024  # a server found dead: its last lines explain the exit
 
 
 # --- inputs --------------------------------------------------------------------------------
@@ -116,154 +123,13 @@ class Options:
     poll_interval: float = 0.2
     ready_patterns: Sequence[str] = lp.READY_PATTERNS
     fatal_patterns: Sequence[str] = lp.FATAL_PATTERNS
+    benign_patterns: Sequence[str] = lp.BENIGN_PATTERNS
+    settle: float = SETTLE_DEFAULT_S
     expect: Dict[str, Any] = field(default_factory=dict)
     health: str = "health"
     api_key: Optional[str] = None
     node_rank: int = 0
     require_ready_line: bool = True
-
-
-# --- the log, analysed as it arrives ---------------------------------------------------------
-
-def _line_epoch(line: str) -> Optional[Tuple[float, bool]]:
-    """(epoch, has sub-second precision) from sglang's `[YYYY-mm-dd HH:MM:SS(.mmm)]` (local)."""
-    m = lp.TIMESTAMP.match(line)
-    if not m:
-        return None
-    try:
-        base = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
-    except (ValueError, OverflowError):
-        return None
-    return base + (float(m.group(2)) if m.group(2) else 0.0), bool(m.group(2))
-
-
-class LogAnalyzer:
-    """Reads each new line once: startup phases, the ready/uvicorn/bind lines, fatal lines."""
-
-    def __init__(self, ready: Sequence[Pattern[str]], fatal: Sequence[Pattern[str]],
-                 port: Optional[int], launched_at: float, ready_phase: str = lp.READY_PHASE) -> None:
-        self.ready_res, self.fatal_res = list(ready), list(fatal)
-        self.phase_res = [(name, re.compile(rx)) for name, rx in lp.PHASES]
-        self.port, self.launched_at, self.ready_phase = port, launched_at, ready_phase
-        self.window: Deque[Tuple[int, str]] = collections.deque(maxlen=WINDOW_LINES)
-        self.count = 0
-        self.timeline: List[Dict[str, Any]] = []
-        self.seen_phases: set = set()
-        self.ready_line: Optional[str] = None
-        self.uvicorn_line: Optional[str] = None
-        self.other_uvicorn: Optional[str] = None
-        self.bind_error: Optional[str] = None
-        self.fatal: List[Tuple[int, str]] = []  # (line index, line)
-
-    def _seconds(self, line: str, now: float) -> float:
-        """Seconds since launch: observed time, unless the log's own stamp is earlier (a
-        backlog read at once); second-resolution stamps get +0.5 s."""
-        observed = now - self.launched_at
-        stamp = _line_epoch(line)
-        if stamp is not None:
-            written = stamp[0] - self.launched_at + (0.0 if stamp[1] else 0.5)
-            observed = min(observed, written)
-        return round(max(0.0, observed), 2)
-
-    def _phase(self, name: str, line: str, now: float) -> None:
-        # A phase seen after a later one is an echo (uvicorn's access line for the warmup
-        # request can land after the ready line): the timeline stays in startup order.
-        later = lp.PHASE_NAMES[lp.PHASE_NAMES.index(name) + 1:]
-        if name not in self.seen_phases and not self.seen_phases.intersection(later):
-            self.seen_phases.add(name)
-            self.timeline.append({"phase": name, "seconds": self._seconds(line, now),
-                                  "line": line[:500]})
-
-    def feed(self, lines: Sequence[str], now: float) -> None:
-        for line in lines:
-            index = self.count
-            self.count += 1
-            self.window.append((index, line))
-            self._classify(index, line, now)
-
-    def _classify(self, index: int, line: str, now: float) -> None:
-        for name, rx in self.phase_res:
-            if name not in self.seen_phases and rx.search(line):
-                self._phase(name, line, now)
-        m = lp.UVICORN_RUNNING.search(line)
-        if m:
-            if self.port is None or int(m.group(2)) == self.port:
-                self.uvicorn_line = self.uvicorn_line or line
-            else:
-                self.other_uvicorn = line
-        if lp.BIND_ERROR_ANY.search(line) and self.bind_error is None:
-            self.bind_error = line
-        if self.ready_line is None and lp.first_match(line, self.ready_res):
-            self.ready_line = line
-            self._phase(self.ready_phase, line, now)
-        if lp.first_match(line, self.fatal_res) or lp.BIND_ERROR_ANY.search(line):
-            self.fatal.append((index, line))
-
-    @property
-    def phase(self) -> Optional[str]:
-        """The furthest phase reached, in canonical order."""
-        reached = [p for p in lp.PHASE_NAMES if p in self.seen_phases]
-        return reached[-1] if reached else None
-
-    def tail(self, n: int = TAIL_LINES) -> List[str]:
-        return [entry[1] for entry in list(self.window)[-n:]]
-
-    def _at(self, index: int) -> Optional[str]:
-        first = self.window[0][0] if self.window else 0
-        pos = index - first
-        return self.window[pos][1] if 0 <= pos < len(self.window) else None
-
-    def _block(self, index: int) -> Tuple[int, int]:
-        """The lines that explain one fatal line: its whole traceback when it has one."""
-        line = self._at(index) or ""
-        start = end = index
-        if lp.TRACEBACK_START.search(line):
-            for j in range(index + 1, min(self.count, index + TRACEBACK_LOOKBACK)):
-                if lp.EXCEPTION_LINE.search(self._at(j) or ""):
-                    end = j
-                    break
-            return start, end
-        for j in range(index - 1, max(-1, index - TRACEBACK_LOOKBACK), -1):
-            text = self._at(j)
-            if text is None or (lp.EXCEPTION_LINE.search(text) and j != index):
-                break
-            if lp.TRACEBACK_START.search(text):
-                start = j
-                break
-        return start, end
-
-    def cause(self) -> Optional[str]:
-        """The first fatal line in one sentence: a `... Traceback (most recent call last):`
-        line is completed with its exception line, so the message names the error itself."""
-        if not self.fatal:
-            return None
-        index, line = self.fatal[0]
-        text = lp.TIMESTAMP_PREFIX.sub("", line).strip()
-        if lp.TRACEBACK_START.search(text):
-            start, end = self._block(index)
-            head = lp.TRACEBACK_START.split(text)[0].rstrip(" :")
-            last = (self._at(end) or "").strip() if end != index else ""
-            text = "%s: %s" % (head, last) if head and last else (last or text)
-        return text
-
-    def decisive_lines(self, limit: int = DECISIVE_MAX) -> List[str]:
-        """From `Traceback` to the exception line for each fatal line, merged, capped."""
-        ranges: List[Tuple[int, int]] = []
-        for index in [f[0] for f in self.fatal[:8]]:
-            start, end = self._block(index)
-            if ranges and start <= ranges[-1][1] + 1:
-                ranges[-1] = (ranges[-1][0], max(ranges[-1][1], end))
-            else:
-                ranges.append((start, end))
-        out: List[str] = []
-        for n, (start, end) in enumerate(ranges):
-            if n:
-                out.append("...")
-            out.extend(self._at(i) or "" for i in range(start, end + 1))
-        if len(out) > limit:
-            head = limit // 4
-            out = out[:head] + ["... (%d lines omitted)" % (len(out) - limit + 1)] + out[-(limit - head - 1):]
-        return out
 
 
 # --- who owns the port ---------------------------------------------------------------------
@@ -314,8 +180,14 @@ class PortOwners:
     foreign: List[Dict[str, Any]]  # processes (or unreadable sockets) that are not this launch
 
     @property
-    def ours_listening(self) -> bool:
-        return bool(self.listeners) and not self.foreign
+    def ours(self) -> List[Dict[str, Any]]:
+        """The listeners this launch holds."""
+        return [entry for entry in self.listeners if any(o["ours"] for o in entry["owners"])]
+
+    def clashing(self, host: str) -> List[Dict[str, Any]]:
+        """Foreign holders whose socket collides with `host` on the port: only they can take
+        the port from this launch. `::1` does not collide with `127.0.0.1`."""
+        return [o for o in self.foreign if address_conflict(o.get("family"), o.get("address"), host)]
 
 
 def port_owners(port: int, inst: Instance) -> PortOwners:
@@ -329,22 +201,69 @@ def port_owners(port: int, inst: Instance) -> PortOwners:
             info = describe_process(pid)
             info.update({"ours": why is not None, "why": why})
             owners.append(info)
-            if why is None and pid not in seen_foreign:
-                seen_foreign.add(pid)
-                foreign.append(dict(info, address=listener.address))
+            if why is None and (pid, listener.address) not in seen_foreign:
+                seen_foreign.add((pid, listener.address))
+                foreign.append(dict(info, address=listener.address, family=listener.family))
         if not listener.pids:
             foreign.append({"pid": None, "user": None, "address": listener.address,
+                            "family": listener.family,
                             "cmdline": "(owner not readable: another user's process)"})
         entry["owners"] = owners
         out.append(entry)
     return PortOwners(out, foreign)
 
 
-def _conflicts(listen_addr: str, host: str) -> bool:
-    """Would binding `host` collide with a socket on `listen_addr` (same port)?"""
-    wild = ("0.0.0.0", "::", "")
-    addr = listen_addr[7:] if listen_addr.startswith("::ffff:") else listen_addr
-    return addr in wild or host in wild or addr == host
+_WILDCARD = {"ipv4": "0.0.0.0", "ipv6": "::"}
+
+
+def _normal_address(family: Optional[str], address: Optional[str]) -> Tuple[str, str]:
+    """(family, address) with IPv4-mapped IPv6 (`::ffff:a.b.c.d`) as the IPv4 it is."""
+    text = (address or "").strip("[]")
+    if not text:
+        return (family or "ipv4"), _WILDCARD.get(family or "ipv4", "0.0.0.0")
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return (family or "ipv4"), text
+    mapped = getattr(ip, "ipv4_mapped", None)
+    if mapped is not None:
+        return "ipv4", str(mapped)
+    return ("ipv6" if ip.version == 6 else "ipv4"), str(ip)
+
+
+def host_addresses(host: str) -> List[Tuple[str, str]]:
+    """The (family, address) pairs a server asked to bind `host` binds; [] when unknown."""
+    if host in ("", "0.0.0.0", "::"):
+        return [_normal_address("ipv6" if host == "::" else "ipv4", host)]
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return [_normal_address(None, host)]
+    except ValueError:
+        pass  # a name: what it resolves to
+    try:
+        infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    return sorted({_normal_address("ipv6" if i[0] == socket.AF_INET6 else "ipv4", i[4][0]) for i in infos})
+
+
+def _collide(a: Tuple[str, str], b: Tuple[str, str]) -> bool:
+    """Two sockets on one port that the kernel would not let coexist (Linux, no SO_REUSEPORT).
+    An IPv6 wildcard is taken as dual-stack (the default): it covers IPv4 too."""
+    if a[0] == b[0]:
+        return a[1] == b[1] or _WILDCARD[a[0]] in (a[1], b[1])
+    six = a if a[0] == "ipv6" else b
+    return six[1] == "::"
+
+
+def address_conflict(family: Optional[str], address: Optional[str], host: str) -> bool:
+    """Does a listener on (family, address) collide with a server bound to `host`? A host that
+    cannot be resolved counts as colliding (the cautious answer)."""
+    mine = host_addresses(host)
+    if not mine:
+        return True
+    theirs = _normal_address(family, address)
+    return any(_collide(theirs, m) for m in mine)
 
 
 # --- server_info comparison ----------------------------------------------------------------
@@ -430,15 +349,33 @@ def read_exit_status(inst: Instance, wait: float = EXIT_FILE_WAIT_S,
 def _exit_text(status: Any) -> str:
     if not isinstance(status, dict):
         return "exit status unknown"
-    if status.get("signal"):
-        return "killed by signal %s" % status["signal"]
-    return "exit code %s" % status.get("returncode")
+    how = ("killed by signal %s" % status["signal"] if status.get("signal")
+           else "exit code %s" % status.get("returncode"))
+    when = status.get("exited_at")
+    if isinstance(when, (int, float)):
+        how += " at %s" % _iso(when)
+    return how
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return "%.1f s" % seconds
+    if seconds < 7200:
+        return "%.0f min" % (seconds / 60)
+    return "%.1f h" % (seconds / 3600)
 
 
 # --- the state machine -----------------------------------------------------------------------
 
+STARTING, RUNNING, GONE = "starting", "running", "gone"
+
+
 class Readiness:
-    """One wait for one launch. `run()` returns an Outcome and never raises for server trouble."""
+    """One wait for one launch. `run()` returns an Outcome and never raises for server trouble.
+
+    `mode` is fixed when the wait begins: STARTING (the launch has not bound its port yet: its
+    log from the offset is the main evidence), RUNNING (it already holds its port: a re-check;
+    only its startup up to the ready line and new lines are read) or GONE (already dead)."""
 
     def __init__(self, inst: Instance, opts: Options,
                  clock: Callable[[], float] = time.monotonic,
@@ -456,10 +393,12 @@ class Readiness:
         self.log = LogAnalyzer(lp.compile_patterns(ready_src, "ready_patterns"),
                                lp.compile_patterns(opts.fatal_patterns, "fatal_patterns"),
                                inst.port, self.launched_at,
-                               lp.NODE_READY_PHASE if self.rank >= 1 else lp.READY_PHASE)
+                               lp.NODE_READY_PHASE if self.rank >= 1 else lp.READY_PHASE,
+                               benign=lp.compile_patterns(opts.benign_patterns, "benign_patterns"))
         self.follower = LogFollower(inst.log_path, inst.log_offset)
         self.quiet_level, self.quiet_http = lp.quiet_log_levels(inst.argv)
         self.secrets = [opts.api_key] if opts.api_key else []
+        self.mode = STARTING
         # verification state
         self.owners: Optional[PortOwners] = None
         self.info: Optional[Dict[str, Any]] = None
@@ -469,6 +408,9 @@ class Readiness:
         self.waiting_for = "the ready line"
         self._next_verify = 0.0
         self._next_stale = 0.0
+        self._proven_at: Optional[float] = None  # clock() when every proof first held
+        self._proven_since_launch: Optional[float] = None
+        self._listening = False  # a listener of ours was seen when the proofs held
 
     # -- helpers ------------------------------------------------------------------------
     def _now_epoch(self) -> float:
@@ -502,6 +444,9 @@ class Readiness:
             "log_events": [e.to_dict() for e in self.follower.events],
             "log_bytes_read": self.follower.bytes_read,
             "node_rank": self.rank,
+            "already_running": self.mode == RUNNING,
+            "settle": self.opts.settle,
+            "proven_at": self._proven_since_launch,
             "decisive_lines": [] if ready else self.log.decisive_lines(),
             "log_tail": [] if ready else self.log.tail(),
             "exit_status": None,
@@ -510,38 +455,86 @@ class Readiness:
         self.follower.close()
         return Outcome(ready, reason, msg, redact_deep(details, self.secrets))
 
+    # -- how the log is read -------------------------------------------------------------
+    def _holds_port(self) -> bool:
+        """Does this launch already listen on its port (cheap /proc/net check first)?"""
+        port = self.inst.port
+        if not port or not _ports.has_listener(port):
+            return False
+        owners = port_owners(port, self.inst)
+        if owners.ours:
+            self.owners = owners
+            return True
+        return False
+
+    def _begin(self) -> None:
+        """Fix the mode. A running server: its startup up to the ready line (bounded) for the
+        timeline, then only new lines; what it logged since (recovered errors, hours of access
+        lines) is never read. A dead one: the same startup, then its last lines."""
+        alive = self._alive()
+        if alive and self._holds_port():
+            self.mode = RUNNING
+        elif not alive:
+            self.mode = GONE
+        else:
+            return
+        head = self.follower.read_head(HEAD_BYTES, self.log.is_ready_line)
+        found = bool(head) and self.log.is_ready_line(head[-1])
+        self.log.feed(head, self._now_epoch(), history=self.mode == RUNNING)
+        if self.mode == RUNNING:
+            self.log.past_start = True
+            self.follower.seek_near_end()
+        elif found:
+            self.follower.seek_near_end(DEAD_TAIL_BYTES)
+
     # -- failures ------------------------------------------------------------------------
+    def _death_context(self) -> str:
+        """When the process died, truthfully: before or after its ready line, or the proofs."""
+        now = self._now_epoch()
+        if self._proven_at is not None or self._proven_since_launch is not None:
+            held = self.clock() - self._proven_at if self._proven_at is not None else 0.0
+            return ("%.1f s after every readiness proof held (inside the settle window of %.1f s)"
+                    % (max(0.0, held), self.opts.settle))
+        ready_at = self.log.ready_seconds()
+        if ready_at is not None:
+            return "after its ready line (printed %s after the launch, %s ago)" % (
+                _ago(ready_at), _ago(max(0.0, now - self.launched_at - ready_at)))
+        if self.mode == RUNNING:
+            return ("while it was already running (it held port %s when this check began; "
+                    "its log no longer has the ready line)" % self.inst.port)
+        return "at phase %s before becoming ready" % self._phase_text()
+
     def _fail_from_log(self, exit_status: Any) -> Outcome:
-        """The launch died or printed a fatal line: name the cause, most specific first."""
+        """The launch died or printed a decisive line: name the cause, most specific first."""
         first = self.log.cause()
         if self.log.bind_error and self.inst.port:
             owners = port_owners(self.inst.port, self.inst)
             self.owners = owners
-            if owners.foreign:
-                return self._stale(owners, exit_status)
+            clash = owners.clashing(self.inst.host)
+            if clash:
+                return self._stale(owners, clash, exit_status)
+        died = exit_status is not None
+        what = ("the launched process %d exited (%s) %s" % (self.inst.pid, _exit_text(exit_status),
+                                                             self._death_context())
+                if died else "the launch is failing")
         if first is not None:
-            how = ("the launched process %d exited (%s)" % (self.inst.pid, _exit_text(exit_status))
-                   if exit_status is not None else "the launch is failing")
-            return self._outcome(False, "fatal_log", "%s; its log says: %s" % (how, first),
+            return self._outcome(False, "fatal_log", "%s; its log says: %s" % (what, first),
                                  exit_status=exit_status)
         last = self.log.tail(1)
-        return self._outcome(
-            False, "exited",
-            "the launched process %d exited (%s) at phase %s before becoming ready; last log line: %s"
-            % (self.inst.pid, _exit_text(exit_status), self._phase_text(), last[0] if last else "(log empty)"),
-            exit_status=exit_status)
+        return self._outcome(False, "exited", "%s; last log line: %s"
+                             % (what, last[0] if last else "(none read)"), exit_status=exit_status)
 
-    def _stale(self, owners: PortOwners, exit_status: Any = None) -> Outcome:
-        names = ", ".join("pid %s (user %s, started %s: %s)"
-                          % (o.get("pid"), o.get("user"), o.get("started"), o.get("cmdline"))
-                          for o in owners.foreign)
+    def _stale(self, owners: PortOwners, clash: List[Dict[str, Any]], exit_status: Any = None) -> Outcome:
+        names = ", ".join("pid %s (user %s, started %s, on %s: %s)"
+                          % (o.get("pid"), o.get("user"), o.get("started"), o.get("address"), o.get("cmdline"))
+                          for o in clash)
         because = ("and this launch failed to bind it" if self.log.bind_error
                    else "so this launch cannot bind it")
         return self._outcome(
             False, "stale_server",
-            "port %s is held by another process, not by this launch (pid %d), %s: %s"
-            % (self.inst.port, self.inst.pid, because, names),
-            stale_owners=owners.foreign, exit_status=exit_status)
+            "port %s (%s) is held by another process, not by this launch (pid %d), %s: %s"
+            % (self.inst.port, self.inst.host, self.inst.pid, because, names),
+            stale_owners=clash, exit_status=exit_status)
 
     def _on_dead(self) -> Outcome:
         self._poll_log(final=True)
@@ -560,12 +553,18 @@ class Readiness:
     def _timeout(self) -> Outcome:
         tail = self.log.tail(5)
         last = " | ".join(t.strip() for t in tail) if tail else "(no line of this launch in the log)"
-        if self.follower.truncated:
+        if self.follower.truncated and self.mode == STARTING:
             return self._outcome(
                 False, "log_truncated",
                 "%s was truncated while waiting (see log_events): lines of this launch are lost "
                 "and %s was not seen within %.0f s; phase reached: %s"
                 % (self.inst.log_path, self.waiting_for, self.opts.timeout, self._phase_text()))
+        if self.mode == RUNNING:
+            return self._outcome(
+                False, "timeout",
+                "not ready after %.0f s: the server (pid %d) holds port %s but is waiting for %s; "
+                "last new lines: %s" % (self.opts.timeout, self.inst.pid, self.inst.port,
+                                        self.waiting_for, last))
         return self._outcome(
             False, "timeout",
             "not ready after %.0f s: the server reached phase %s and is waiting for %s; last lines: %s"
@@ -583,6 +582,8 @@ class Readiness:
             "/server_info and health" % (self.quiet_level, "The server is fired up and ready to roll!"))
 
     def _log_conditions(self) -> bool:
+        if self.mode == RUNNING:
+            return True  # identity from the port owner, /server_info and health
         if self.opts.require_ready_line and self.log.ready_line is None:
             self.waiting_for = "the ready line" if self.rank == 0 else "the dummy health server line"
             return False
@@ -592,7 +593,7 @@ class Readiness:
         return True
 
     def _early_stale(self) -> Optional[Outcome]:
-        """A foreign listener on our port before we bind: the launch is doomed (bind error
+        """A foreign listener on our address before we bind: the launch is doomed (bind error
         after minutes of loading), say so now. Cheap: /proc/net only, owners when needed."""
         if self.rank >= 1 or not self.inst.port or self.log.uvicorn_line:
             return None
@@ -603,10 +604,10 @@ class Readiness:
         if not _ports.has_listener(self.inst.port):
             return None
         owners = port_owners(self.inst.port, self.inst)
-        clash = [o for o in owners.foreign if _conflicts(o.get("address") or "", self.inst.host)]
+        clash = owners.clashing(self.inst.host)
         if clash:
             self.owners = owners
-            return self._stale(PortOwners(owners.listeners, clash))
+            return self._stale(owners, clash)
         return None
 
     def _verify(self) -> Optional[Outcome]:
@@ -616,16 +617,17 @@ class Readiness:
             return None
         self._next_verify = now + max(self.opts.poll_interval, VERIFY_EVERY_S)
         if self.rank >= 1:
-            return self._outcome(True, "ready", "node_rank %d is up: %s"
-                                 % (self.rank, (self.log.ready_line or "").strip()))
+            self._listening = bool(self.inst.port and self.mode == RUNNING)
+            return self._proven()
         if not self.inst.port:
             raise SglangError("the launch record has no port and node_rank is 0: cannot check "
                               "the HTTP server", reason="record_invalid")
         self.owners = port_owners(self.inst.port, self.inst)
-        if self.owners.foreign:
-            return self._stale(self.owners)
-        if not self.owners.listeners:
-            self.waiting_for = "a listener on port %d" % self.inst.port
+        clash = self.owners.clashing(self.inst.host)
+        if clash:
+            return self._stale(self.owners, clash)
+        if not self.owners.ours:
+            self.waiting_for = "a listener of this launch on port %d" % self.inst.port
             return None
         bad = self._check_server_info()
         if bad is not None or self.info is None:
@@ -658,62 +660,124 @@ class Readiness:
         self.info, self.matched = info, matched
         return None
 
+    def _health_endpoint(self) -> Optional[str]:
+        """The endpoint to check. A running server whose log no longer shows the ready line is
+        checked with /health even with `health: none`: it answers 200 only after the warmup."""
+        if self.opts.health != "none":
+            return "/" + self.opts.health
+        if self.mode == RUNNING and self.log.ready_line is None:
+            return "/health"
+        return None
+
     def _check_health(self) -> Optional[Outcome]:
-        if self.opts.health == "none":
+        path = self._health_endpoint()
+        if path is None:
             self.health_status = {"endpoint": None, "status": None, "checked": False}
-            return self._ready()
-        path = "/" + self.opts.health
-        cap = 30.0 if self.opts.health == "health_generate" else 5.0
+            return self._proven()
+        cap = 30.0 if path == "/health_generate" else 5.0
         resp = _http.request(self.inst.host, self.inst.port or 0, path, self.opts.api_key,
                              timeout=self._remaining(cap))
         self.health_status = {"endpoint": path, "status": resp.status, "checked": True}
         if resp.status == 200:
-            return self._ready()
+            self._listening = True
+            return self._proven()
         self.waiting_for = "%s to answer 200 (last: %s)" % (path, resp.error or resp.status)
         return None
 
+    # -- the settle window -----------------------------------------------------------------
+    def _proven(self) -> Optional[Outcome]:
+        """Every proof holds now; ready once they have held for the settle window."""
+        self._proven_at = self.clock()
+        self._proven_since_launch = round(self._now_epoch() - self.launched_at, 3)
+        if self.rank == 0:
+            self._listening = True
+        if self.opts.settle <= 0:
+            return self._ready()
+        self.waiting_for = "the settle window (%.1f s)" % self.opts.settle
+        return None
+
+    def _lost_port(self, why: str) -> None:
+        """The port is no longer this launch's: the proofs do not hold; wait for them again."""
+        self._proven_at = None
+        self._proven_since_launch = None
+        self.waiting_for = "a listener of this launch on port %s (%s)" % (self.inst.port, why)
+
+    def _settle_step(self) -> Optional[Outcome]:
+        """Inside the settle window (the process is alive: checked by the caller)."""
+        port = self.inst.port
+        assert self._proven_at is not None
+        if port and self._listening and not _ports.has_listener(port):
+            self._lost_port("released during the settle window")
+            return None
+        if self.clock() - self._proven_at < self.opts.settle:
+            return None
+        if port and self._listening:
+            self.owners = port_owners(port, self.inst)
+            clash = self.owners.clashing(self.inst.host)
+            if clash:
+                return self._stale(self.owners, clash)
+            if not self.owners.ours:
+                self._lost_port("lost during the settle window")
+                return None
+        return self._ready()
+
     def _ready(self) -> Outcome:
+        settle = ("; held for the %.1f s settle window" % self.opts.settle) if self.opts.settle > 0 else ""
+        if self.rank >= 1:
+            return self._outcome(True, "ready", "node_rank %d is up: %s%s" % (
+                self.rank, (self.log.ready_line or "listening on port %s" % self.inst.port).strip(), settle))
         version = (self.info or {}).get("version")
+        health = self.health_status or {}
         return self._outcome(
-            True, "ready", "sglang %s on port %s is ready: this launch (pid %d) owns the port, "
-            "reports the expected configuration and %s"
+            True, "ready", "sglang %s on port %s is ready: this launch (pid %d)%s owns the port, "
+            "reports the expected configuration and %s%s"
             % (version or "(version not reported)", self.inst.port, self.inst.pid,
-               "answers %s 200" % self.health_status["endpoint"] if self.health_status.get("checked")
-               else "health was not checked (health: none)"))
+               ", already running," if self.mode == RUNNING else "",
+               "answers %s 200" % health["endpoint"] if health.get("checked")
+               else "health was not checked (health: none)", settle))
 
     # -- the loop ----------------------------------------------------------------------------
     def step(self) -> Optional[Outcome]:
-        """One poll: new log lines, liveness, fatal lines, then (when due) the proofs."""
+        """One poll: new log lines, liveness, decisive lines, then (when due) the proofs."""
         self._poll_log()
-        if not self.follower.is_open and not self.follower.ever_opened \
+        if self.mode == STARTING and not self.follower.is_open and not self.follower.ever_opened \
                 and self.clock() - self.started >= min(LOG_MISSING_GRACE_S, self.opts.timeout):
             return self._outcome(False, "log_missing",
                                  "the launch log %s does not exist: cannot prove readiness "
                                  "from this launch's log" % self.inst.log_path)
         if not self._alive():
             return self._on_dead()
-        if self.log.fatal:
+        if self._proven_at is not None:
+            return self._settle_step()
+        if self.mode == STARTING and self.log.decisive:
             return self._on_fatal()
-        stale = self._early_stale()
+        stale = self._early_stale() if self.mode == STARTING else None
         if stale is not None:
             return stale
         if self._log_conditions():
             return self._verify()
         return None
 
+    def _deadline(self) -> float:
+        """The timeout; a settle window that began before it is allowed to finish."""
+        deadline = self.started + self.opts.timeout
+        if self._proven_at is not None:
+            deadline = max(deadline, self._proven_at + self.opts.settle)
+        return deadline
+
     def run(self) -> Outcome:
         hidden = self._hidden()
         if hidden is not None:
             return hidden
-        deadline = self.started + self.opts.timeout
+        self._begin()
         while True:
             outcome = self.step()
             if outcome is not None:
                 return outcome
             now = self.clock()
-            if now >= deadline:
+            if now >= self._deadline():
                 return self._timeout()
-            self.sleep(max(0.01, min(self.opts.poll_interval, deadline - now)))
+            self.sleep(max(0.01, min(self.opts.poll_interval, self._deadline() - now)))
 
 
 def redact_deep(value: Any, secrets: Sequence[str]) -> Any:

@@ -18,19 +18,36 @@ description:
     never count.
   - C(Uvicorn running on http://HOST:PORT) for the expected port appeared and no bind error
     (C(error while attempting to bind on address)) did.
-  - Every listening socket on the port (IPv4 and IPv6) belongs to this launch (the record's pid,
-    its descendants, its process group or session, or a process carrying
-    C(LLMOPS_SGLANG_LAUNCH_ID) equal to the record's launch_id).
+  - Every listening socket on the port that collides with the launch's address belongs to this
+    launch (the record's pid, its descendants, its process group or session, or a process
+    carrying C(LLMOPS_SGLANG_LAUNCH_ID) equal to the record's launch_id). Sockets collide when
+    they have the same address family and address, or one is a wildcard (an IPv6 wildcard is
+    taken as dual-stack); a listener on V(::1) does not collide with a server on V(127.0.0.1).
   - C(/server_info) (or the deprecated C(/get_server_info)) reports the expected fields
     (compared normalised - V(8) equals V("8"), trailing slashes in paths are ignored).
   - The requested health endpoint answers 200.
+  - Then readiness must hold for the O(settle) window (process alive, port still this
+    launch's). A death inside the window is reported like a crash, with its decisive lines.
+    The verdict comes O(settle) seconds after the proofs held (RV(proven_at)).
   - Fails fast, with a RV(reason) code and the decisive log lines (a traceback from C(Traceback)
     to the exception line, capped at about 40 lines, secrets redacted) when the launch exits,
-    prints a fatal line, loses its port to another process, or reports another configuration.
-    A crashed launch is reported within about one O(poll_interval) plus a short settle time
-    used to capture the rest of the traceback.
+    prints a fatal line inside a traceback of its start, loses its port to another process, or
+    reports another configuration. A crashed launch is reported within about one
+    O(poll_interval) plus a short time used to capture the rest of the traceback.
+  - "A fatal pattern decides only when the process exits, or when the line sits inside a
+    traceback before the ready line. Known harmless lines never decide and are never named as
+    the cause: warnings such as C(Ignore import error when loading X: No module named Y) that
+    healthy servers print when an optional dependency is missing (see O(extra_benign_patterns))."
+  - A server that already listens on its port when the check begins (a re-check of a running
+    server) is judged by the port owner, C(/server_info) and health. Its log is used only for
+    the startup up to the ready line, if the log still has it; later lines (recovered
+    per-request errors, hours of access lines) are never read, and a rotated, truncated or
+    deleted log is no failure (RV(already_running)).
   - Tolerates log rotation (new inode - the old file is drained, the new one followed from
     byte 0) and truncation (restarts from 0 and notes it in RV(log_events)).
+  - The log must be a regular file. It is opened without blocking and checked before any
+    read; a FIFO, device, socket or directory at the log path fails at once with
+    RV(reason=bad_log).
   - Read-only. In check mode it observes exactly the same way and changes nothing.
   - Nodes with O(node_rank) >= 1 have no HTTP server; the
     C(Dummy health check server started) log line is their readiness signal and HTTP checks
@@ -83,10 +100,12 @@ options:
     default: []
   fatal_patterns:
     description:
-      - Regular expressions whose first match fails the wait with RV(reason=fatal_log).
-        Replaces the default list (missing modules, not enough memory, CUDA out of memory, CUDA
-        graph capture failure, unbalanced memory, scheduler exception/death, initialization
-        failure, sigquit from a child). The bind error is always fatal.
+      - Regular expressions that mark a fatal line (RV(reason=fatal_log)). Replaces the default
+        list (missing modules, not enough memory, CUDA out of memory, CUDA graph capture failure,
+        unbalanced memory, scheduler exception/death, initialization failure, sigquit from a
+        child). The bind error is always fatal.
+      - A fatal line fails the wait while the process lives only inside a traceback printed
+        before the ready line; otherwise it explains the failure once the process exits.
     type: list
     elements: str
   extra_fatal_patterns:
@@ -95,6 +114,27 @@ options:
     type: list
     elements: str
     default: []
+  extra_benign_patterns:
+    description:
+      - Regular expressions of harmless lines, added to the built-in list of warnings that
+        SGLang prints on healthy hosts with the words of a fatal pattern (C(Ignore import error
+        when loading ...), C(Failed to import from custom_ar with ModuleNotFoundError(...)), and
+        others read from the 0.5.23 source). A line that matches one, and its continuation lines
+        without a timestamp, never decides and is never named as a cause.
+    type: list
+    elements: str
+    default: []
+  settle:
+    description:
+      - Seconds that readiness must keep holding after every proof held - the launched process
+        alive and the port still owned by this launch - before the module answers ready.
+      - A death inside the window is reported like a crash (RV(reason=fatal_log) or
+        RV(reason=exited)) with its decisive lines.
+      - This time comes on top of the time to the proofs and may run past O(timeout) by at most
+        its own length. V(0) answers at the moment the proofs hold.
+      - Must be between 0 and 600.
+    type: float
+    default: 2.0
   expect:
     description:
       - "C(/server_info) fields that must match, for example C({tp_size: 8, model_path: /models/x})."
@@ -105,6 +145,9 @@ options:
     description:
       - Health endpoint that must answer 200 after the identity and configuration checks.
       - V(health_generate) runs a one-token generation on the server.
+      - With V(none), a server that was already running when the check began and whose log no
+        longer shows its ready line is still checked with C(/health), which answers 200 only
+        after the warmup - the only remaining proof that its start completed.
     type: str
     choices: [none, health, health_generate]
     default: health
@@ -138,8 +181,9 @@ attributes:
 notes:
   - Failures are C(fail_json) with C(msg) (one precise sentence) and C(reason), one of
     V(exited), V(fatal_log), V(stale_server), V(config_mismatch), V(unauthorized),
-    V(log_missing), V(log_truncated), V(timeout), V(ready_line_hidden), V(record_missing),
-    V(record_invalid), V(invalid_argument), V(io_error).
+    V(log_missing), V(log_truncated), V(bad_log), V(timeout), V(ready_line_hidden),
+    V(record_missing), V(record_invalid), V(invalid_argument), V(bad_name), V(io_error),
+    V(permission_denied), V(error) (the code is the one set where the failure was found).
   - A stale server that answers C(/health) 200 on the port never makes a failed launch ready.
 seealso:
   - module: llmops.sglang.sglang_launch
@@ -176,6 +220,13 @@ EXAMPLES = r"""
   llmops.sglang.sglang_ready:
     name: quiet
     require_ready_line: false
+
+- name: A harmless site-specific warning must never decide; answer as soon as the proofs hold
+  llmops.sglang.sglang_ready:
+    name: extraction
+    extra_benign_patterns:
+      - "optional tracer not installed"
+    settle: 0
 
 - name: Second node of a two-node launch (no HTTP server there)
   llmops.sglang.sglang_ready:
@@ -239,7 +290,9 @@ listeners:
   type: list
   elements: dict
 stale_owners:
-  description: Processes holding the port that are not this launch (pid, user, cmdline, start time).
+  description: >-
+    Processes holding the port on a colliding address that are not this launch (pid, user,
+    cmdline, start time, address, family).
   returned: on stale_server
   type: list
   elements: dict
@@ -280,14 +333,38 @@ log_path:
   description: The log followed.
   returned: always
   type: str
+already_running:
+  description: >-
+    Whether the launch already listened on its port when the check began (a re-check): it was
+    judged by the port owner, /server_info and health, and its old log lines were not read.
+  returned: always
+  type: bool
+settle:
+  description: The settle window applied, in seconds.
+  returned: always
+  type: float
+  sample: 2.0
+proven_at:
+  description: >-
+    Seconds since the launch at which every proof first held (the ready verdict follows the
+    settle window later); null when they never held.
+  returned: always
+  type: float
+  sample: 4.21
+log_bytes_read:
+  description: Bytes of the log read by this check.
+  returned: always
+  type: int
 """
 
 from typing import Any, Dict, List, Optional
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _logpatterns, _readiness, _record
+from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _logpatterns, _readiness, _record
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+SETTLE_MAX_S = 600.0
 
 
 def argument_spec() -> Dict[str, Any]:
@@ -301,6 +378,8 @@ def argument_spec() -> Dict[str, Any]:
         extra_ready_patterns=dict(type="list", elements="str", default=[]),
         fatal_patterns=dict(type="list", elements="str"),
         extra_fatal_patterns=dict(type="list", elements="str", default=[]),
+        extra_benign_patterns=dict(type="list", elements="str", default=[]),
+        settle=dict(type="float", default=_readiness.SETTLE_DEFAULT_S),
         expect=dict(type="dict"),
         health=dict(type="str", default="health", choices=list(_readiness.HEALTH_CHOICES)),
         api_key=dict(type="str", no_log=True),
@@ -315,11 +394,16 @@ def load_record(params: Dict[str, Any]) -> Dict[str, Any]:
         return dict(params["record"])
     state_dir = params["state_dir"] or _record.default_state_dir()
     name = _record.validate_name(params["name"])
-    record = _record.read_record(state_dir, name)
+    path = _record.record_path(state_dir, name)
+    try:
+        record = _record.read_record(state_dir, name)
+    except SglangError as exc:
+        details = dict(exc.details)
+        details.setdefault("reason", "record_invalid")  # what a failed read means here
+        raise SglangError(exc.msg, **details)
     if record is None:
         raise SglangError("no launch record for instance %r at %s: launch it first with "
-                          "llmops.sglang.sglang_launch" % (name, _record.record_path(state_dir, name)),
-                          reason="record_missing")
+                          "llmops.sglang.sglang_launch" % (name, path), reason="record_missing")
     record.setdefault("state_dir", state_dir)
     record.setdefault("name", name)
     return record
@@ -331,13 +415,18 @@ def build_options(params: Dict[str, Any], record: Dict[str, Any]) -> _readiness.
     if not 0.01 <= params["poll_interval"] <= 60:
         raise SglangError("poll_interval must be between 0.01 and 60 s (got %s)"
                           % params["poll_interval"], reason="invalid_argument")
+    if not 0 <= params["settle"] <= SETTLE_MAX_S:
+        raise SglangError("settle must be between 0 and %.0f s (got %s)" % (SETTLE_MAX_S, params["settle"]),
+                          reason="invalid_argument")
     ready: List[str] = list(params["ready_patterns"] if params["ready_patterns"] is not None
                             else _logpatterns.READY_PATTERNS) + list(params["extra_ready_patterns"])
     fatal: List[str] = list(params["fatal_patterns"] if params["fatal_patterns"] is not None
                             else _logpatterns.FATAL_PATTERNS) + list(params["extra_fatal_patterns"])
+    benign: List[str] = list(_logpatterns.BENIGN_PATTERNS) + list(params["extra_benign_patterns"])
     # Fail on a bad regex now, with the option's name, not mid-wait.
     _logpatterns.compile_patterns(ready, "ready_patterns")
     _logpatterns.compile_patterns(fatal, "fatal_patterns")
+    _logpatterns.compile_patterns(benign, "extra_benign_patterns")
     expect = params["expect"] if params["expect"] is not None else (record.get("expect") or {})
     if not isinstance(expect, dict):
         raise SglangError("expect must be a dict of /server_info fields", reason="invalid_argument")
@@ -348,9 +437,23 @@ def build_options(params: Dict[str, Any], record: Dict[str, Any]) -> _readiness.
         raise SglangError("node_rank must be >= 0 (got %d)" % node_rank, reason="invalid_argument")
     return _readiness.Options(
         timeout=params["timeout"], poll_interval=params["poll_interval"], ready_patterns=ready,
-        fatal_patterns=fatal, expect=dict(expect), health=params["health"],
-        api_key=params["api_key"] or None, node_rank=node_rank,
+        fatal_patterns=fatal, benign_patterns=benign, settle=params["settle"], expect=dict(expect),
+        health=params["health"], api_key=params["api_key"] or None, node_rank=node_rank,
         require_ready_line=params["require_ready_line"])
+
+
+def _body(module: AnsibleModule) -> Dict[str, Any]:
+    try:
+        record = load_record(module.params)
+        opts = build_options(module.params, record)
+        outcome = _readiness.wait_ready(record, opts)
+    except SglangError as exc:  # its reason stays the one set where it was raised
+        raise SglangError(exc.msg, **dict(exc.details, ready=False, changed=False))
+    result = dict(outcome.details, ready=outcome.ready, reason=outcome.reason, changed=False,
+                  msg=outcome.msg)
+    if not outcome.ready:
+        raise SglangError(result.pop("msg"), **result)
+    return result
 
 
 def main() -> None:
@@ -360,25 +463,7 @@ def main() -> None:
         mutually_exclusive=[("name", "record")],
         supports_check_mode=True,
     )
-    secrets = [module.params["api_key"]] if module.params["api_key"] else []
-    try:
-        record = load_record(module.params)
-        opts = build_options(module.params, record)
-        outcome = _readiness.wait_ready(record, opts)
-    except SglangError as exc:
-        details = _readiness.redact_deep(dict(exc.details), secrets)
-        details.setdefault("reason", "invalid_argument")
-        module.fail_json(msg=_readiness.redact_deep(exc.msg, secrets), ready=False, changed=False, **details)
-        return
-    except OSError as exc:  # an unreadable log or /proc entry: say which, never a traceback
-        module.fail_json(msg=_readiness.redact_deep("cannot read %s: %s" % (
-            getattr(exc, "filename", None) or "a file", exc.strerror or exc), secrets),
-            ready=False, changed=False, reason="io_error")
-        return
-    result = dict(outcome.details, ready=outcome.ready, reason=outcome.reason, changed=False)
-    if outcome.ready:
-        module.exit_json(msg=outcome.msg, **result)
-    module.fail_json(msg=_readiness.redact_deep(outcome.msg, secrets), **result)
+    _exit.run(module, _body, "sglang_ready", [module.params["api_key"]])
 
 
 if __name__ == "__main__":

@@ -200,3 +200,11 @@ def test_node_rank_one_is_ready_on_the_dummy_health_line(spawn, emulator_python,
     result = ready(state_dir, name="node1")
     assert result["ready"] is True and result["node_rank"] == 1, result["msg"]
     assert result["phase"] == "dummy health server" and "ready" not in _phases(result)
+
+
+def test_a_record_that_is_not_a_json_object_is_record_invalid(state_dir):
+    with open(os.path.join(state_dir, "broken.json"), "w") as fh:
+        fh.write("[1, 2]")
+    result = ready(state_dir, name="broken")
+    assert result["failed"] and result["reason"] == "record_invalid", result
+    assert "broken.json" in result["msg"]

@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._logfollow import LogFollower
+from helpers.fixtures import COLLECTIONS
 
 
 def _append(path: str, data: str) -> None:
@@ -124,3 +130,55 @@ def test_bounded_read_per_poll(tmp_path):
             break
         got.extend(more)
     assert got == ["line %d" % i for i in range(1000)]
+
+
+# --- only regular files, never a blocking open ---------------------------------------------
+
+def _reason(exc_info) -> str:
+    return exc_info.value.details.get("reason")
+
+
+def test_a_directory_at_the_log_path_is_a_bad_log(tmp_path):
+    path = tmp_path / "a.log"
+    path.mkdir()
+    with pytest.raises(SglangError) as exc:
+        LogFollower(str(path)).poll()
+    assert _reason(exc) == "bad_log" and "regular file" in exc.value.msg
+
+
+def test_a_character_device_at_the_log_path_is_a_bad_log(tmp_path):
+    link = tmp_path / "a.log"
+    link.symlink_to("/dev/zero")  # endless bytes: never read as a log
+    with pytest.raises(SglangError) as exc:
+        LogFollower(str(link)).poll()
+    assert _reason(exc) == "bad_log" and "character device" in exc.value.msg
+
+
+def test_a_fifo_at_the_log_path_is_refused_without_blocking(tmp_path):
+    """A FIFO with no writer: a plain open() would block forever. The check runs in a child
+    process so that a regression fails the test instead of hanging it."""
+    path = str(tmp_path / "a.log")
+    os.mkfifo(path)
+    code = ("import sys\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._logfollow import LogFollower\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError\n"
+            "try:\n"
+            "    LogFollower(sys.argv[1]).poll()\n"
+            "except SglangError as exc:\n"
+            "    print(exc.details.get('reason'))\n")
+    env = dict(os.environ, PYTHONPATH=COLLECTIONS)
+    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
+                         timeout=20, env=env, check=False)
+    assert out.stdout.strip() == "bad_log", out.stderr
+
+
+def test_the_history_up_to_the_ready_line_then_only_new_lines(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "start\nready to roll\n" + "old access line\n" * 50_000)
+    follower = LogFollower(path)
+    head = follower.read_head(1 << 20, lambda line: "ready" in line)
+    assert head == ["start", "ready to roll"]
+    follower.seek_near_end()
+    assert follower.bytes_read <= 64 * 1024  # the old lines after the ready line are never read
+    _append(path, "new\n")
+    assert follower.poll() == ["new"]

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _logpatterns as lp
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _readiness
+from ansible_collections.llmops.sglang.plugins.module_utils import _loganalysis, _procs, _readiness
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from helpers.fixtures import free_port, wait_for
 
@@ -45,9 +45,10 @@ def _compile(patterns):
 
 
 def _analyzer(port=30000):
-    return _readiness.LogAnalyzer(_compile(lp.READY_PATTERNS), _compile(lp.FATAL_PATTERNS), port,
-                                  launched_at=time.mktime(time.strptime("2025-01-01 10:00:00",
-                                                                        "%Y-%m-%d %H:%M:%S")))
+    return _loganalysis.LogAnalyzer(_compile(lp.READY_PATTERNS), _compile(lp.FATAL_PATTERNS), port,
+                                    launched_at=time.mktime(time.strptime("2025-01-01 10:00:00",
+                                                                          "%Y-%m-%d %H:%M:%S")),
+                                    benign=_compile(lp.BENIGN_PATTERNS))
 
 
 # --- pure parts --------------------------------------------------------------------------
@@ -91,13 +92,13 @@ def test_decisive_lines_are_capped():
     log.feed(["Traceback (most recent call last):"] + ['  File "f%d.py"' % i for i in range(100)]
              + ["ModuleNotFoundError: No module named 'x'"], time.time())
     lines = log.decisive_lines()
-    assert len(lines) <= _readiness.DECISIVE_MAX
+    assert len(lines) <= _loganalysis.DECISIVE_MAX
     assert lines[0].startswith("Traceback") and lines[-1].startswith("ModuleNotFoundError")
     assert any("omitted" in line for line in lines)
 
 
 def test_bind_error_is_always_fatal_even_with_custom_patterns():
-    log = _readiness.LogAnalyzer(_compile(lp.READY_PATTERNS), _compile(["never"]), 8000, time.time())
+    log = _loganalysis.LogAnalyzer(_compile(lp.READY_PATTERNS), _compile(["never"]), 8000, time.time())
     log.feed(["[x] ERROR:    [Errno 98] error while attempting to bind on address "
               "('127.0.0.1', 8000): address already in use"], time.time())
     assert log.bind_error and log.fatal
@@ -153,6 +154,7 @@ def _record(proc, log_path, offset=0, port=None, **extra):
 def _opts(**kw):
     kw.setdefault("timeout", 2.0)
     kw.setdefault("poll_interval", 0.05)
+    kw.setdefault("settle", 0.2)  # short: the settle window has tests of its own
     return _readiness.Options(**kw)
 
 
@@ -252,7 +254,7 @@ def test_foreign_listener_on_the_port_is_a_stale_server(tmp_path, spawn, sleeper
     assert [o["pid"] for o in out.details["stale_owners"]] == [stale.pid]
 
 
-def _http_launch(spawn, tmp_path, info):
+def _http_launch(spawn, tmp_path, info, before_ready=(), after_ready=()):
     """A 'server' that is really http.server over a directory with server_info and health."""
     root = tmp_path / "www"
     root.mkdir()
@@ -263,7 +265,8 @@ def _http_launch(spawn, tmp_path, info):
                         "--directory", str(root)])
     assert wait_for(lambda: bool(_readiness._ports.has_listener(port)), 10)
     log = str(tmp_path / "l.log")
-    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    _write(log, [line % port if "%d" in line else line for line in STARTUP] + list(before_ready)
+           + [READY] + list(after_ready))
     return proc, port, log
 
 
@@ -289,3 +292,210 @@ def test_a_phase_echoed_after_a_later_one_keeps_the_timeline_in_order():
     log = _analyzer(1234)
     log.feed([STARTUP[8] % 1234, READY, STARTUP[9]], time.time())
     assert [t["phase"] for t in log.timeline] == ["http up", "ready"]
+
+
+# --- harmless lines that carry a fatal pattern's words ---------------------------------------
+# Every warning of the real sglang 0.5.23 source (python/sglang/srt/...) whose text contains the
+# words of a default fatal pattern, as it appears in a log. They are printed by healthy servers:
+# an optional dependency missing on the host is reported and skipped.
+T = "[2025-01-01 10:00:01 TP0] "
+BENIGN_0523 = [
+    pytest.param(T + "Ignore import error when loading sglang.srt.models.glm_ocr: "
+                 "No module named 'transformers.models.glm_ocr'", id="models/registry.py"),
+    pytest.param("[2025-01-01 10:00:01] Ignore import error when loading "
+                 "sglang.srt.multimodal.processors.glm_ocr: No module named 'transformers.models.glm_ocr'",
+                 id="managers/multimodal_processor.py"),
+    pytest.param(T + "Ignore import error when loading sglang.srt.dllm.algorithm.joint_threshold: "
+                 "No module named 'sgl_kernel.dllm'", id="dllm/algorithm/__init__.py"),
+    pytest.param(T + "Failed to import from custom_ar with ModuleNotFoundError(\"No module named "
+                 "'sgl_kernel.allreduce'\")", id="custom_all_reduce_ops.py"),
+    pytest.param(T + "Failed to import pynvml with ModuleNotFoundError(\"No module named 'pynvml'\")",
+                 id="custom_all_reduce_utils.py-pynvml"),
+    pytest.param(T + "Failed to import amdsmi with ModuleNotFoundError(\"No module named 'amdsmi'\")",
+                 id="custom_all_reduce_utils.py-amdsmi"),
+    pytest.param(T + "Failed to import pymtml with ModuleNotFoundError(\"No module named 'pymtml'\")",
+                 id="custom_all_reduce_utils.py-pymtml"),
+    pytest.param(T + "[AR] Aiter custom all-reduce not available; falling back to sglang "
+                 "CustomAllreduce. Details: No module named 'aiter'", id="custom_all_reduce.py"),
+    pytest.param(T + "PyMscclpp is unavailable because its dependencies failed to import: "
+                 "No module named 'mscclpp'", id="pymscclpp.py"),
+    pytest.param(T + "Failed to import mooncake allocator for nvlink: No module named 'mooncake'. "
+                 "Falling back to default memory pool.", id="mooncake/utils.py"),
+    pytest.param(T + "NPU custom kernel packages unavailable: No module named 'sgl_kernel_npu'",
+                 id="npu/utils.py"),
+    pytest.param(T + "torchcodec is unavailable; video audio-track detection and audio decoding via "
+                 "AudioDecoder are disabled: No module named 'torchcodec'", id="mimo_audio.py"),
+    pytest.param(T + "V4.1 Rust image processor unavailable; using PIL: No module named "
+                 "'sglang_image_rs'", id="deepseek_v41.py"),
+    pytest.param(T + "flashinfer.comm allreduce_fusion API is not available (No module named "
+                 "'flashinfer.comm'), falling back to standard implementation", id="flashinfer_comm_fusion.py"),
+    pytest.param(T + "aiter mla gluon import error message: No module named 'aiter'", id="aiter_mla_gluon.py"),
+    pytest.param(T + "FlashInfer GDN kernels not available: No module named 'flashinfer.gdn'",
+                 id="gdn_flashinfer.py"),
+    pytest.param(T + "FlashInfer KDA kernel not available: No module named 'flashinfer.kda'",
+                 id="kda_flashinfer.py"),
+    pytest.param(T + "SGLANG_OPT_HIP_FLYDSL_MXFP8 ignored, FlyDSL unavailable: No module named 'flydsl'",
+                 id="fp8_hip.py"),
+    pytest.param(T + "UMBPHostTensorAllocator unavailable (No module named 'umbp'). Falling back to "
+                 "torch.empty-based allocator.", id="pool_host/common.py"),
+    pytest.param(T + "Direct load as TikTokenTokenizer failed for /models/x: No module named "
+                 "'tiktoken'. Falling back to AutoTokenizer result.", id="hf_transformers/tokenizer.py"),
+    pytest.param("Warning: Multi-backend fused metadata copy kernel failed with error: CUDA error: "
+                 "out of memory, falling back to loop.", id="dsa_backend.py-print"),
+    pytest.param([T + "Ignore <module 'triton.compiler'> reports ImportError with:",
+                  "No module named 'triton.compiler.compiler'"], id="utils/common.py-two-lines"),
+]
+
+
+def _lines(entry):
+    return entry if isinstance(entry, list) else [entry]
+
+
+@pytest.mark.parametrize("entry", BENIGN_0523)
+def test_a_real_benign_warning_is_not_fatal(entry):
+    log = _analyzer()
+    log.feed(STARTUP[:3] + _lines(entry) + STARTUP[3:5], time.time())
+    assert not log.fatal, log.fatal
+    assert not log.decisive
+
+
+def test_benign_warnings_at_start_never_fail_a_healthy_server(tmp_path, spawn):
+    proc, port, log = _http_launch(spawn, tmp_path, {"version": "0.5.23"}, before_ready=[
+        line for entry in BENIGN_0523 for line in _lines(entry.values[0])])
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts())
+    assert out.ready and out.reason == "ready", out.msg
+
+
+# A per-request error the server recovered from (openai/serving_base.py: logger.exception).
+REQUEST_OOM = [
+    "[2025-01-01 11:30:00] Error in request: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "Traceback (most recent call last):",
+    '  File "sglang/srt/entrypoints/openai/serving_base.py", line 120, in handle_request',
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    '[2025-01-01 11:30:00] INFO:     127.0.0.1:5 - "POST /v1/chat/completions HTTP/1.1" 500',
+]
+
+
+def test_a_fatal_line_outside_a_traceback_decides_only_at_exit(tmp_path, sleeper):
+    log = str(tmp_path / "l.log")
+    warning = "[2025-01-01 10:00:03 TP0] retrying the batch: CUDA out of memory on a probe allocation"
+    _write(log, STARTUP[:3] + [warning])
+    proc = sleeper()
+    rec = _record(proc, log)
+    out = _readiness.wait_ready(rec, _opts(timeout=0.8))
+    assert out.reason == "timeout", out.msg  # alive: the line alone decides nothing
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    out = _readiness.wait_ready(rec, _opts())
+    assert out.reason == "fatal_log" and "CUDA out of memory" in out.msg
+    assert warning in out.details["decisive_lines"]
+
+
+def test_recheck_of_a_running_server_ignores_a_recovered_request_oom(tmp_path, spawn):
+    proc, port, log = _http_launch(spawn, tmp_path, {"version": "0.5.23"}, after_ready=REQUEST_OOM)
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts())
+    assert out.ready and out.reason == "ready", out.msg
+
+
+def test_recheck_of_a_running_server_does_not_read_its_old_lines(tmp_path, spawn):
+    access = '[2025-01-01 11:00:00] INFO:     127.0.0.1:5 - "POST /generate HTTP/1.1" 200 OK'
+    proc, port, log = _http_launch(spawn, tmp_path, {"version": "0.5.23"},
+                                   after_ready=[access] * 60_000 + REQUEST_OOM)
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts())
+    assert out.ready, out.msg
+    assert out.details["log_bytes_read"] < (1 << 20), out.details["log_bytes_read"]
+
+
+# --- a rotated or deleted log does not fail a running server ---------------------------------
+
+def _copytruncate(path):
+    with open(path, "rb") as src, open(path + ".1", "wb") as dst:
+        dst.write(src.read())
+    os.truncate(path, 0)
+
+
+def _rename(path):
+    os.rename(path, path + ".1")
+    open(path, "w").close()  # logrotate's `create`
+
+
+@pytest.mark.parametrize("rotate", [_copytruncate, _rename, os.unlink], ids=["copytruncate", "rename", "delete"])
+def test_running_server_is_ready_after_its_log_was_rotated(tmp_path, spawn, rotate):
+    proc, port, log = _http_launch(spawn, tmp_path, {"version": "0.5.23"})
+    rotate(log)
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts(timeout=3))
+    assert out.ready and out.reason == "ready", out.msg
+    assert out.details["health"]["status"] == 200
+
+
+# --- a listener on another address of the same port is not ours to judge ----------------------
+
+V6_LISTENER = ("import socket,sys,time\n"
+               "s=socket.socket(socket.AF_INET6); s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n"
+               "s.bind(('::1', int(sys.argv[1]))); s.listen(); time.sleep(60)\n")
+
+
+def test_a_listener_on_another_address_is_not_a_stale_server(tmp_path, spawn):
+    proc, port, log = _http_launch(spawn, tmp_path, {"version": "0.5.23"})
+    other = spawn.start([sys.executable, "-c", V6_LISTENER, str(port)])
+    assert wait_for(lambda: len(_readiness._ports.listeners([port])) == 2, 10)
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts())
+    assert out.ready and out.reason == "ready", out.msg
+    assert other.poll() is None
+
+
+# --- an exit after the ready line is described as such ---------------------------------------
+
+def test_a_server_that_died_after_its_ready_line_is_not_said_to_die_before(tmp_path, sleeper):
+    log = str(tmp_path / "l.log")
+    port = free_port()
+    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    proc = sleeper()
+    rec = _record(proc, log, port=port)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    out = _readiness.wait_ready(rec, _opts())
+    assert out.reason == "exited" and not out.ready
+    assert "before becoming ready" not in out.msg
+    assert "after its ready line" in out.msg, out.msg
+
+
+# --- ready holds for the settle window ------------------------------------------------------
+
+DYING_SERVER = r'''
+import http.server, json, os, sys, threading, time
+port, log, info = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+def crash():
+    time.sleep(0.4)
+    with open(log, "a") as fh:
+        fh.write("[2025-01-01 10:00:10 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+                 '  File "scheduler.py", line 1, in event_loop\n'
+                 "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+                 "[2025-01-01 10:00:10] Received sigquit from a child process. It usually means the child failed.\n")
+    os._exit(1)
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = info.encode() if self.path == "/server_info" else b""
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+        if self.path == "/health":
+            threading.Thread(target=crash, daemon=True).start()
+    def log_message(self, *a):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+def test_a_death_right_after_the_proofs_is_a_crash_not_ready(tmp_path, spawn):
+    port = free_port()
+    log = str(tmp_path / "l.log")
+    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    proc = spawn.start([sys.executable, "-c", DYING_SERVER, str(port), log, json.dumps({"version": "0.5.23"})])
+    assert wait_for(lambda: bool(_readiness._ports.has_listener(port)), 10)
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts(timeout=10, settle=2.0))
+    assert not out.ready and out.reason == "fatal_log", out.msg
+    assert "illegal memory access" in out.msg and "before becoming ready" not in out.msg
+    assert any("Scheduler hit an exception" in line for line in out.details["decisive_lines"])

@@ -35,6 +35,12 @@ def crash_after_seconds() -> float:
     return _float_env("SGLANG_EMULATOR_CRASH_AFTER", 5.0)
 
 
+def benign_warnings() -> bool:
+    """Print, at every start, the harmless warnings a real 0.5.23 server prints on a host that
+    lacks optional dependencies (their text contains fatal-looking words). `0` turns them off."""
+    return os.environ.get("SGLANG_EMULATOR_BENIGN_WARNINGS", "1").strip().lower() not in ("0", "false", "no")
+
+
 def gpu_mib() -> int:
     return int(_float_env("SGLANG_EMULATOR_GPU_MIB", 0))
 

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from sglang.srt.emulator_control import benign_warnings
 from sglang.srt.managers.scheduler import RankInfo, run_scheduler_process
 from sglang.srt.server_args import ServerArgs
 
@@ -101,5 +102,10 @@ def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
                 worker = _ctx().Process(target=run_tokenizer_worker, args=(server_args,))
                 worker.start()
                 subs.others.append(worker)
+    if server_args.node_rank == 0 and benign_warnings():
+        # The tokenizer manager imports every multimodal processor (0.5.23:
+        # srt/managers/multimodal_processor.py); a missing optional module is logged and skipped.
+        e = ModuleNotFoundError("No module named 'transformers.models.glm_ocr'")
+        logger.warning(f"Ignore import error when loading sglang.srt.multimodal.processors.glm_ocr: {e}")
     subs.infos = wait_for_schedulers(subs.readers, subs.schedulers)
     return subs

@@ -11,7 +11,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from sglang.srt.emulator_control import gpu_mib, has_fault, leak_shm_files, phase_sleep
+from sglang.srt.emulator_control import benign_warnings, gpu_mib, has_fault, leak_shm_files, phase_sleep
 from sglang.srt.server_args import ServerArgs, configure_logger
 from sglang.srt.utils import set_process_title, set_prctl_pdeathsig
 
@@ -116,9 +116,29 @@ def _init_memory_pool(server_args: ServerArgs) -> int:
     return int(500_000 * fraction)
 
 
+def _optional_import_warnings() -> None:
+    """What a healthy rank logs when optional packages are missing (0.5.23 wording):
+    srt/distributed/device_communicators/custom_all_reduce_ops.py at import,
+    srt/utils/common.py (the error on its own line) and the model registry
+    (srt/models/registry.py) while it imports every model module."""
+    if not benign_warnings():
+        return
+    logger.warning(
+        "Failed to import from custom_ar with %r",
+        ModuleNotFoundError("No module named 'sgl_kernel.allreduce'"),
+    )
+    logger.warning(
+        "Ignore <module 'triton.compiler' from '/venv/triton/compiler/__init__.py'> reports "
+        "ImportError with:\nNo module named 'triton.compiler.compiler'"
+    )
+    e = ModuleNotFoundError("No module named 'transformers.models.glm_ocr'")
+    logger.warning(f"Ignore import error when loading sglang.srt.models.glm_ocr: {e}")
+
+
 def _load_model(server_args: ServerArgs, rank: RankInfo) -> Dict[str, Any]:
     """The startup sequence of one rank (0.5.6 wording)."""
     logger.info("Init torch distributed begin.")
+    _optional_import_warnings()
     phase_sleep()
     _rendezvous(server_args, rank)
     logger.info("Init torch distributed ends. mem usage=0.00 GB")
