@@ -12,7 +12,7 @@ import traceback
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import redact_text, redact_tree
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import redact_result
 
 Body = Callable[[Any], Dict[str, Any]]
 
@@ -46,11 +46,8 @@ def failure(exc: BaseException, module_name: str) -> Dict[str, Any]:
 
 
 def _clean(data: Mapping[str, Any], secrets: Iterable[Optional[str]]) -> Dict[str, Any]:
-    cleaned = redact_tree(dict(data), secrets=list(secrets))
-    assert isinstance(cleaned, dict)
-    if isinstance(cleaned.get("msg"), str):
-        cleaned["msg"] = redact_text(cleaned["msg"], secrets)
-    return cleaned
+    """Every result and failure leaves through the one redaction (msg included)."""
+    return redact_result(data, secrets)
 
 
 def run(module: Any, body: Body, module_name: str, secrets: Iterable[Optional[str]] = ()) -> None:
