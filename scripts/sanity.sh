@@ -10,7 +10,9 @@
 #                     tested without committing it, ignored files never are)
 #   SANITY_REF=HEAD   `git archive HEAD` (any commit-ish): exactly what was committed
 #
-# The copy has no .git: ansible-test then lists its content by walking the tree.
+# The copy gets a fresh `git init` with every file staged, as a clone would be: ansible-test lists
+# content through git when it finds a .git (and would find this checkout's otherwise), and its
+# unversioned walk would not see directory symlinks, which the `symlinks` test must reject.
 #
 # ansible-test runs with --venv: per test it creates a virtual environment and pip-installs its
 # own pinned requirements from PyPI. The pip bootstrap script it would fetch from
@@ -74,9 +76,12 @@ sys.stdout.buffer.write(b"".join(p + b"\0" for p in sys.stdin.buffer.read().spli
         | tar -C "$ROOT" --null --no-recursion -T - -cf - | tar -C "$COPY" -xf -
     echo "sanity: testing the working tree (tracked and new files, not ignored ones)"
 fi
+git -C "$COPY" init -q
+git -C "$COPY" add -A -f     # -f: every unpacked file, whatever the copied .gitignore says
 # ansible-test would apply an ignore file silently; findings are fixed in the code instead.
 if compgen -G "$COPY/tests/sanity/ignore-*.txt" >/dev/null; then
     echo "sanity: $(cd "$COPY" && ls tests/sanity/ignore-*.txt) exists; fix the findings instead" >&2
+    rm -rf "$TMP"
     exit 1
 fi
 
