@@ -132,6 +132,20 @@ def snapshot() -> Dict[int, Proc]:
     return out
 
 
+def links() -> Dict[int, Tuple[int, int]]:
+    """pid -> (ppid, pgid) of every live, non-zombie process, from /proc/PID/stat alone: a
+    third of a snapshot's reads, for finding who joined a tree or a group."""
+    out: Dict[int, Tuple[int, int]] = {}
+    for pid in pids():
+        stat = _read(os.path.join(PROC, str(pid), "stat"))
+        if not stat:
+            continue
+        rest = stat[stat.rfind(")") + 2:].split()
+        if len(rest) > 3 and rest[0] not in ("Z", "X"):
+            out[pid] = (int(rest[1]), int(rest[2]))
+    return out
+
+
 def fd_targets(pid: int) -> Iterator[Tuple[str, str]]:
     """(fd number, link target) of every open fd of a process: paths, `socket:[inode]`, ...
     Nothing when the process is gone or its fd table is not readable (another user's)."""

@@ -180,11 +180,22 @@ def _tree_size(dir_fd: int, dev: int) -> int:
     return total
 
 
-def _scan(dir_fd: int) -> Iterator[Tuple[str, os.stat_result]]:
+def listdir(checked: CheckedDir) -> List[str]:
+    """Names in a checked directory (nothing when it does not exist or cannot be read)."""
+    if checked.fd is None:
+        return []
     try:
-        names = sorted(os.listdir(dir_fd))
+        return sorted(os.listdir(checked.fd))
     except OSError:
-        return
+        return []
+
+
+def _scan(dir_fd: int, names: Optional[List[str]] = None) -> Iterator[Tuple[str, os.stat_result]]:
+    if names is None:
+        try:
+            names = sorted(os.listdir(dir_fd))
+        except OSError:
+            return
     for name in names:
         st = _lstat_at(dir_fd, name)
         if st is not None:
@@ -197,10 +208,7 @@ def entries(checked: CheckedDir, names: Optional[List[str]] = None) -> List[Entr
     if checked.fd is None:
         return []
     out: List[Entry] = []
-    wanted = set(names) if names is not None else None
-    for name, st in _scan(checked.fd):
-        if wanted is not None and name not in wanted:
-            continue
+    for name, st in _scan(checked.fd, names):
         is_dir = stat.S_ISDIR(st.st_mode)
         size = st.st_size
         if is_dir:

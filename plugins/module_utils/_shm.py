@@ -74,11 +74,12 @@ def holders(path: str, held: Dict[str, Set[int]]) -> List[int]:
 
 def _listed(checked: _purge.CheckedDir, held: Dict[str, Set[int]], patterns: Optional[Iterable[str]],
             owner: Optional[int]) -> List[ShmEntry]:
-    pats = tuple(patterns) if patterns is not None else None
+    names = _purge.listdir(checked)
+    if patterns is not None:
+        pats = tuple(patterns)
+        names = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
     out = []
-    for entry in _purge.entries(checked):
-        if pats is not None and not any(fnmatch.fnmatchcase(entry.name, p) for p in pats):
-            continue
+    for entry in _purge.entries(checked, names):
         if owner is not None and entry.uid != owner:
             continue  # another user's file: not ours to delete (all_users is false)
         path = os.path.join(checked.path, entry.name)

@@ -107,8 +107,10 @@ class Plan:
 
 def signal_steps(targets: Dict[int, Target], procs: Dict[int, _procs.Proc],
                  own_pids: Set[int]) -> List[SignalStep]:
-    """Group signals where the WHOLE group is targets (catches forks between plan and signal);
-    single pids otherwise: a nohup server shares its group with the operator's shell."""
+    """A "group" step where the WHOLE group is targets (its members are signalled one by one
+    through their pidfds, and processes forked into the group meanwhile are adopted while a
+    planned member lives); "pid" steps otherwise: a nohup server shares its group with the
+    operator's shell."""
     steps: List[SignalStep] = []
     by_group: Dict[int, List[int]] = {}
     for pid, target in targets.items():
@@ -285,17 +287,18 @@ def _wait_gone(handles: Dict[int, _pidfd.Handle], pending: Set[int], deadline: f
         _pidfd.wait_exit([handles[p] for p in pending], min(POLL, left))
 
 
-def _adopt(plan: Plan, targets: Dict[int, Target], handles: Dict[int, _pidfd.Handle]
-           ) -> Tuple[List[int], Dict[int, _procs.Proc]]:
+def _adopt(plan: Plan, targets: Dict[int, Target], handles: Dict[int, _pidfd.Handle]) -> List[int]:
     """Processes that appeared under a live target after the plan (a server forking during
     shutdown, a worker forked into a whole-target process group) join the teardown, if they pass
     the rules every planned target passed. A pid the plan refused is never adopted.
 
-    The snapshot is read first, the parents' (or group anchors') liveness checked after: a
-    parent still alive then was alive when its child was read, so the relation is real and
-    the group id cannot have been reused."""
-    procs = _procs.snapshot()
-    kids = _procs.children_map(procs)
+    Parent and group links are read first, the parents' (or group anchors') liveness checked
+    after: a parent still alive then was alive when its child was read, so the relation is
+    real and the group id cannot have been reused."""
+    links = _procs.links()
+    kids: Dict[int, List[int]] = {}
+    for pid, (ppid, _pgid) in links.items():
+        kids.setdefault(ppid, []).append(pid)
     live = {pid for pid, h in handles.items() if pid in targets and not h.exited()}
     whole_groups = {s.ident for s in plan.steps if s.kind == "group"}
     anchored = {targets[pid].proc.pgid for pid in live} & whole_groups
@@ -303,27 +306,30 @@ def _adopt(plan: Plan, targets: Dict[int, Target], handles: Dict[int, _pidfd.Han
     added: List[int] = []
     queue: List[Tuple[int, int, str]] = [(child, parent, "child of %d" % parent)
                                          for parent in sorted(live) for child in kids.get(parent, [])]
-    queue += [(p.pid, p.pgid, "member of process group %d" % p.pgid) for p in procs.values()
-              if p.pgid in anchored and p.pid not in targets]
+    queue += [(pid, pgid, "member of process group %d" % pgid) for pid, (_ppid, pgid) in sorted(links.items())
+              if pgid in anchored and pid not in targets]
     while queue:
         pid, via, relation = queue.pop(0)
-        proc = procs.get(pid)
-        if pid in targets or pid in sel.never or proc is None or proc.is_zombie:
+        if pid in targets or pid in sel.never:
+            continue
+        proc = _procs.read_proc(pid)
+        if proc is None or proc.is_zombie:
             continue
         reason = "%s (appeared during teardown)" % relation
         parent = targets.get(via)
-        why = adoption_refusal(proc, plan.scope, plan.world, via_port=bool(parent and parent.via_port))
+        via_port = bool(parent and parent.via_port)
+        why = adoption_refusal(proc, plan.scope, plan.world, via_port=via_port)
         if why:
             sel.refuse(proc, [reason], why, plan.world)
             continue
         handle = _pidfd.open_handle(pid, proc.start_time)
         if handle is None:
             continue      # already gone
-        targets[pid] = Target(proc, [reason], via_port=bool(parent and parent.via_port))
+        targets[pid] = Target(proc, [reason], via_port=via_port)
         handles[pid] = handle
         added.append(pid)
         queue.extend((child, pid, "child of %d" % pid) for child in kids.get(pid, []))
-    return added, procs
+    return added
 
 
 def _wchan(pid: int) -> str:
@@ -478,7 +484,7 @@ def _execute(plan: Plan, opts: Options) -> Dict[str, object]:
     t = time.monotonic()
     if pending:
         signals += _deliver(plan.steps, handles, signal.SIGTERM, errors)
-        new, _snap = _adopt(plan, targets, handles)
+        new = _adopt(plan, targets, handles)
         if new:
             pending.update(new)
             signals += _deliver([SignalStep("pid", pid, [pid]) for pid in sorted(new)], handles,
@@ -489,11 +495,11 @@ def _execute(plan: Plan, opts: Options) -> Dict[str, object]:
     t = time.monotonic()
     deadline = t + opts.timeout
     if pending:
-        new, snap = _adopt(plan, targets, handles)
-        pending.update(new)
-        live = {pid: targets[pid] for pid in pending}
-        steps = signal_steps(live, snap, plan.world.own_pids)
-        signals += _deliver(steps, handles, signal.SIGKILL, errors)
+        pending.update(_adopt(plan, targets, handles))
+        planned = {pid for step in plan.steps for pid in step.pids}
+        steps = [SignalStep(s.kind, s.ident, [p for p in s.pids if p in pending]) for s in plan.steps]
+        steps += [SignalStep("pid", pid, [pid]) for pid in sorted(pending - planned)]
+        signals += _deliver([s for s in steps if s.pids], handles, signal.SIGKILL, errors)
         _wait_gone(handles, pending, deadline, ended, "SIGKILL")
     timings["kill"] = round(time.monotonic() - t, 3)
 

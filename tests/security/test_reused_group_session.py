@@ -120,4 +120,3 @@ def test_pid_recycled_between_plan_and_signal_is_never_signalled(pidns):
     assert res.data["newcomer_alive"], res.data
     assert not res.data["signals"], res.data      # nothing was sent: the planned process is gone
     assert not res.data["failed"], res.data       # and the teardown says it is gone, not a survivor
-

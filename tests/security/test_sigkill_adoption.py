@@ -11,8 +11,8 @@ from helpers.fixtures import wait_for
 from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _teardown
 from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
 
-# A target that ignores SIGTERM and keeps children the plan must spare; on SIGTERM it forks one
-# more protected child (a process that appears during the teardown).
+# A target that ignores SIGTERM and keeps children the plan must spare; on SIGTERM it forks a
+# protected child and an ordinary one (processes that appear during the teardown).
 PARENT = r"""
 import os, signal, subprocess, sys, time
 token, user_argv, dcgm, late, state = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4], sys.argv[5]
@@ -22,6 +22,7 @@ kids = [subprocess.Popen(user_argv),
                                                     LLMOPS_SGLANG_STATE_DIR=state))]
 def on_term(signum, frame):
     kids.append(subprocess.Popen([late, "300"]))
+    kids.append(subprocess.Popen(["sleep", "301"]))
 signal.signal(signal.SIGTERM, on_term)
 print("ready", flush=True)
 while True:
@@ -59,4 +60,8 @@ def test_sigkill_phase_adopts_only_what_the_rules_allow(spawn, throwaway_user, t
         assert _procs.is_alive(pid, proc.start_time), (proc.cmdline, result["killed"])
     lates = [p for p in _procs.snapshot().values() if p.cmdline[:1] == [late] and not p.is_zombie]
     assert lates, "the protected child forked during the teardown was killed"
-    assert {k["pid"] for k in result["killed"]} == {parent.pid}
+    assert any(s["pid"] == lates[0].pid and "protected" in s["why_not"] for s in result["spared"])
+    # the ordinary child forked during the teardown is adopted and stopped, with its reason
+    adopted = [k for k in result["killed"] if k["pid"] != parent.pid]
+    assert len(adopted) == 1 and "appeared during teardown" in adopted[0]["reason"], result["killed"]
+    assert adopted[0]["cmdline"] == "sleep 301"

@@ -144,3 +144,16 @@ def test_bad_options(kw):
     with pytest.raises(SglangError) as err:
         _teardown.validate_options(_teardown.Options(**kw), "/state")
     assert err.value.details["reason"] in ("bad_option", "bad_purge_path")
+
+
+def test_without_pidfds_the_start_time_check_guards_each_kill(monkeypatch, tmp_path, started, token):
+    """Fallback where pidfd_open is missing (old Python or kernel): same result, no pidfds."""
+    monkeypatch.setattr(_pidfd, "_UNSUPPORTED", True)
+    proc = start_tree(started, token)
+    opts = _teardown.Options(grace_period=5, timeout=5, shm_dir=str(tmp_path), gpu_backend="none")
+    plan = _teardown.make_plan(scope_for(token), opts)
+    assert len(plan.handles) == 2 and all(h.fd is None for h in plan.handles.values())
+    result = _teardown.execute(plan, opts)
+    assert not result.get("failed"), result
+    assert {k["signal"] for k in result["killed"]} == {"SIGTERM"}
+    proc.wait(timeout=5)
