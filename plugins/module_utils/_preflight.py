@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _cliargs, _gpus, _interpreter, _introspect, _ports, _procs, _redact)
+    _cliargs, _gpus, _interpreter, _introspect, _ports, _procs, _record, _redact)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 ENTRYPOINTS = ("auto", "launch_server", "serve")
@@ -20,7 +20,7 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MARKERS = (_procs.MARKER_INSTANCE, _procs.MARKER_LAUNCH_ID, _procs.MARKER_STATE_DIR)
 # Checks whose failure has a reason code of its own (when they are the only failures).
-_REASONS = {"space": "no_space", "port_free": "port_busy", "port_holders": "port_busy"}
+_REASONS = {"space": "no_space", "port_free": "port_busy", "port_holders": "port_busy", "dir_safety": "unsafe_dir"}
 
 
 @dataclass
@@ -518,5 +518,11 @@ def check_dirs(report: Report, dirs: Mapping[str, str]) -> None:
         problem = _creatable(path)
         if problem:
             report.fail(label, "%s %s cannot be used: %s" % (label, path, problem))
+            continue
+        # Another user's (or a group/other-writable) directory would hand that user root's hands:
+        # refused here, in the plan, before anything is stopped. The TMPDIR lives inside state_dir.
+        unsafe = _record.dir_problem(path, label)
+        if unsafe:
+            report.fail("dir_safety", unsafe)
         else:
             report.ok(label, "%s %s is writable" % (label, path))

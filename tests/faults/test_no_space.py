@@ -21,7 +21,8 @@ EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS
 
 def _mount(path: str, options: str) -> None:
     os.makedirs(path, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path], check=True)
+    # mode=0700: a private directory, as the state and log dirs must be (tmpfs defaults to 1777)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options + ",mode=0700", "tmpfs", path], check=True)
 
 
 def _fill(path: str) -> None:

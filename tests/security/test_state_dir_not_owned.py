@@ -164,3 +164,18 @@ def test_module_refuses_a_state_dir_another_user_owns(throwaway_user, shared_tmp
     finally:
         for pid in marked_pids(state_prefix=state):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_plan_refuses_a_state_dir_another_user_owns(throwaway_user, shared_tmp, tmp_path, emulator_python):
+    """Check mode (the restart's plan) refuses it too: before anything is stopped, with unsafe_dir."""
+    state = os.path.join(_public_tmp(shared_tmp), "state")
+    throwaway_user.run(["mkdir", "-m", "0777", state])
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    args = {"name": "sec", "venv": os.path.dirname(os.path.dirname(emulator_python)), "model_path": str(model),
+            "port": free_port(), "state_dir": state, "log_dir": str(tmp_path / "logs"), "gpu_backend": "none"}
+    result = run_module("sglang_launch", args, check_mode=True)
+    assert result["_rc"] != 0 and result["reason"] == "unsafe_dir", result
+    assert state in result["msg"] and throwaway_user.name in result["msg"], result["msg"]
+    assert os.listdir(state) == []
