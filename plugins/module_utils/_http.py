@@ -1,13 +1,28 @@
-"""HTTP to a server on this host, through ansible.module_utils.urls (nothing extra on hosts)."""
+"""HTTP to a server on this host, through requests.
+
+One short-lived Session per request with `trust_env=False`: no proxy (nor netrc, nor CA bundle)
+from the environment reaches a loopback server. Redirects are not followed, so an api key sent
+to this host never travels on. `requests` is imported guarded: without it every request is an
+answer-less Response naming the missing library (the modules fail earlier through _deps.require;
+the probe reports what it could not read).
+"""
 from __future__ import annotations
 
 import json
+import socket
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from ansible.module_utils.urls import open_url
+try:
+    import requests
 
-from urllib.error import HTTPError, URLError  # ansible-core >= 2.17 targets Python 3 only
+    HAS_REQUESTS = True
+    REQUESTS_IMPORT_ERROR: Optional[str] = None
+except ImportError as _exc:  # the module says so (missing_required_lib), never a traceback
+    requests = None  # type: ignore[assignment]
+    HAS_REQUESTS = False
+    REQUESTS_IMPORT_ERROR = str(_exc)
 
 
 @dataclass
@@ -30,26 +45,48 @@ def url_host(host: str) -> str:
 
 def request(host: str, port: int, path: str, api_key: Optional[str] = None, method: str = "GET",
             payload: Optional[Dict[str, Any]] = None, timeout: float = 5.0) -> Response:
-    """Never raises for network trouble: status None + error text instead."""
+    """Never raises for network trouble: status None + error text instead. A 4xx/5xx is an
+    answer: its status, its body and the error `HTTP <status>`."""
     url = "http://%s:%d%s" % (url_host(host), port, path)
+    if not HAS_REQUESTS:
+        return Response(None, None, "%s: not asked: the Python library requests is not installed for %s (%s)"
+                        % (url, sys.executable, REQUESTS_IMPORT_ERROR))
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = "Bearer %s" % api_key
     data = json.dumps(payload).encode() if payload is not None else None
+    session = requests.Session()
+    session.trust_env = False
     try:
-        resp = open_url(url, method=method, data=data, headers=headers, timeout=timeout,
-                        use_proxy=False, validate_certs=False)
-        raw = resp.read()
-        status = resp.getcode()
-    except HTTPError as exc:
-        raw = exc.read() if hasattr(exc, "read") else b""
-        return Response(exc.code, _decode(raw), "HTTP %d" % exc.code)
-    except (URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return Response(None, None, "%s: %s" % (url, reason))
-    except Exception as exc:  # http.client errors (RemoteDisconnected, BadStatusLine, ...)
-        return Response(None, None, "%s: %s" % (url, exc))
-    return Response(status, _decode(raw))
+        resp = session.request(method, url, data=data, headers=headers, timeout=timeout,
+                               allow_redirects=False)
+        raw = resp.content
+        status = resp.status_code
+    except Exception as exc:  # requests/urllib3 errors, OSError, bad URLs: all "no answer"
+        return Response(None, None, "%s: %s" % (url, _reason(exc, timeout)))
+    finally:
+        session.close()
+    return Response(status, _decode(raw), "HTTP %d" % status if status >= 400 else None)
+
+
+def _reason(exc: BaseException, timeout: float) -> str:
+    """The cause an operator reads (`[Errno 111] Connection refused`, `timed out after 5 s`),
+    not urllib3's wrapper chain (`HTTPConnectionPool(...): Max retries exceeded ...`)."""
+    timeouts = (requests.exceptions.Timeout, socket.timeout) if HAS_REQUESTS else (socket.timeout,)
+    seen = set()
+    cur: Optional[BaseException] = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, timeouts) or "timed out" in str(cur):
+            return "timed out after %g s" % timeout
+        if isinstance(cur, OSError) and cur.errno is not None:
+            return "[Errno %d] %s" % (cur.errno, cur.strerror or cur)
+        nxt = getattr(cur, "reason", None)  # urllib3's MaxRetryError/NewConnectionError
+        if not isinstance(nxt, BaseException):
+            nxt = next((a for a in getattr(cur, "args", ()) if isinstance(a, BaseException)), None)
+        cur = nxt or cur.__cause__ or cur.__context__
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return "%s: %s" % (type(exc).__name__, text[:300]) if text else type(exc).__name__
 
 
 def _decode(raw: bytes) -> Any:
