@@ -411,6 +411,7 @@ class Readiness:
         self._proven_at: Optional[float] = None  # clock() when every proof first held
         self._proven_since_launch: Optional[float] = None
         self._listening = False  # a listener of ours was seen when the proofs held
+        self._lost_note = ""  # why the proofs stopped holding inside the settle window
 
     # -- helpers ------------------------------------------------------------------------
     def _now_epoch(self) -> float:
@@ -562,9 +563,9 @@ class Readiness:
         if self.mode == RUNNING:
             return self._outcome(
                 False, "timeout",
-                "not ready after %.0f s: the server (pid %d) holds port %s but is waiting for %s; "
-                "last new lines: %s" % (self.opts.timeout, self.inst.pid, self.inst.port,
-                                        self.waiting_for, last))
+                "not ready after %.0f s: the server (pid %d) held port %s when the check began "
+                "and is waiting for %s; last lines: %s"
+                % (self.opts.timeout, self.inst.pid, self.inst.port, self.waiting_for, last))
         return self._outcome(
             False, "timeout",
             "not ready after %.0f s: the server reached phase %s and is waiting for %s; last lines: %s"
@@ -627,7 +628,7 @@ class Readiness:
         if clash:
             return self._stale(self.owners, clash)
         if not self.owners.ours:
-            self.waiting_for = "a listener of this launch on port %d" % self.inst.port
+            self.waiting_for = "a listener of this launch on port %d%s" % (self.inst.port, self._lost_note)
             return None
         bad = self._check_server_info()
         if bad is not None or self.info is None:
@@ -700,7 +701,8 @@ class Readiness:
         """The port is no longer this launch's: the proofs do not hold; wait for them again."""
         self._proven_at = None
         self._proven_since_launch = None
-        self.waiting_for = "a listener of this launch on port %s (%s)" % (self.inst.port, why)
+        self._lost_note = " (%s)" % why
+        self.waiting_for = "a listener of this launch on port %s%s" % (self.inst.port, self._lost_note)
 
     def _settle_step(self) -> Optional[Outcome]:
         """Inside the settle window (the process is alive: checked by the caller)."""

@@ -88,7 +88,7 @@ def test_a_running_server_stays_ready_after_log_rotation(spawn, emulator_python,
 def test_a_death_right_after_the_ready_line_is_reported_as_a_crash(spawn, emulator_python, state_dir, log_file):
     launch(spawn, emulator_python, state_dir, log_file,
            env={"SGLANG_EMULATOR_FAULT": "crash_after", "SGLANG_EMULATOR_CRASH_AFTER": "1.0"})
-    result = ready(state_dir)
+    result = ready(state_dir, settle=2.0)  # the default window
     assert result["ready"] is False and result["reason"] == "fatal_log", result["msg"]
     assert "illegal memory access" in result["msg"] and "before becoming ready" not in result["msg"]
     assert any("illegal memory access" in line for line in result["decisive_lines"])

@@ -42,7 +42,9 @@ def launch(spawn: Any, emulator_python: str, state_dir: str, log_path: str, name
 
 
 def ready(state_dir: str, name: str = "ready", **args: Any) -> Dict[str, Any]:
-    params: Dict[str, Any] = {"name": name, "state_dir": state_dir, "timeout": 30, "poll_interval": 0.1}
+    # A short settle window: the tests of the window itself set their own.
+    params: Dict[str, Any] = {"name": name, "state_dir": state_dir, "timeout": 30, "poll_interval": 0.1,
+                              "settle": 0.5}
     params.update(args)
     return run_module("sglang_ready", params)
 

@@ -52,7 +52,7 @@ def launch(spawn, emulator_python: str, state_dir: str, log_path: str, name: str
 
 
 def ready(state_dir: str, name: str = "ready", check_mode: bool = False, **args: Any) -> Dict[str, Any]:
-    params = {"name": name, "state_dir": state_dir, "timeout": 30, "poll_interval": 0.1}
+    params = {"name": name, "state_dir": state_dir, "timeout": 30, "poll_interval": 0.1, "settle": 0.5}
     params.update(args)
     return run_module("sglang_ready", params, check_mode=check_mode)
 

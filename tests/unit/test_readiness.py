@@ -499,3 +499,118 @@ def test_a_death_right_after_the_proofs_is_a_crash_not_ready(tmp_path, spawn):
     assert not out.ready and out.reason == "fatal_log", out.msg
     assert "illegal memory access" in out.msg and "before becoming ready" not in out.msg
     assert any("Scheduler hit an exception" in line for line in out.details["decisive_lines"])
+
+
+@pytest.mark.parametrize("family,address,host,clash", [
+    ("ipv6", "::1", "127.0.0.1", False),
+    ("ipv4", "127.0.0.1", "::1", False),
+    ("ipv4", "127.0.0.2", "127.0.0.1", False),
+    ("ipv4", "127.0.0.1", "127.0.0.1", True),
+    ("ipv4", "0.0.0.0", "127.0.0.1", True),
+    ("ipv4", "127.0.0.1", "0.0.0.0", True),
+    ("ipv6", "::", "127.0.0.1", True),  # dual-stack wildcard takes IPv4 too
+    ("ipv4", "0.0.0.0", "::", True),
+    ("ipv4", "0.0.0.0", "::1", False),
+    ("ipv6", "::ffff:127.0.0.1", "127.0.0.1", True),  # IPv4-mapped
+    ("ipv6", "::1", "::1", True),
+    ("ipv4", "127.0.0.1", "localhost", True),  # a name: what it resolves to
+])
+def test_address_conflict_compares_family_and_address(family, address, host, clash):
+    assert _readiness.address_conflict(family, address, host) is clash
+
+
+def test_ready_holds_for_the_settle_window(tmp_path, spawn):
+    proc, port, log = _http_launch(spawn, tmp_path, {"version": "0.5.23"})
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts(settle=0.5))
+    assert out.ready and "settle window" in out.msg
+    assert out.details["settle"] == 0.5 and out.details["proven_at"] is not None
+
+
+CLOSING_SERVER = r'''
+import http.server, sys, threading, time
+port = int(sys.argv[1])
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"version": "0.5.23"}' if self.path == "/server_info" else b""
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+        if self.path == "/health":
+            threading.Thread(target=lambda: (time.sleep(0.2), server.socket.close()), daemon=True).start()
+    def log_message(self, *a):
+        pass
+
+server = http.server.HTTPServer(("127.0.0.1", port), H)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+time.sleep(120)  # alive, but no longer listening
+'''
+
+
+def test_a_port_released_inside_the_settle_window_is_not_ready(tmp_path, spawn):
+    port = free_port()
+    log = str(tmp_path / "l.log")
+    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    proc = spawn.start([sys.executable, "-c", CLOSING_SERVER, str(port)])
+    assert wait_for(lambda: bool(_readiness._ports.has_listener(port)), 10)
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts(settle=1.5, timeout=3))
+    assert not out.ready and out.reason == "timeout", out.msg
+    assert "settle window" in out.msg and proc.poll() is None
+
+
+LATE_SERVER = ("import http.server, os, sys, time\n"
+               "time.sleep(float(sys.argv[2])); os.chdir(sys.argv[3])\n"
+               "http.server.test(HandlerClass=http.server.SimpleHTTPRequestHandler, port=int(sys.argv[1]),"
+               " bind='127.0.0.1')\n")
+
+
+def test_a_starting_launch_is_ready_once_it_binds(tmp_path, spawn):
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "server_info").write_text(json.dumps({"version": "0.5.23"}))
+    (root / "health").write_text("")
+    port = free_port()
+    log = str(tmp_path / "l.log")
+    _write(log, STARTUP[:3])
+    proc = spawn.start([sys.executable, "-c", LATE_SERVER, str(port), "1.0", str(root)])
+    rec = _record(proc, log, port=port)
+    _write(log, [line % port if "%d" in line else line for line in STARTUP[3:]] + [READY])
+    out = _readiness.wait_ready(rec, _opts(timeout=10))
+    assert out.ready and out.details["already_running"] is False, out.msg
+    assert [t["phase"] for t in out.details["timeline"]][-1] == "ready"
+
+
+def test_a_running_server_is_judged_without_its_old_lines(tmp_path, spawn):
+    proc, port, log = _http_launch(spawn, tmp_path, {"version": "0.5.23"})
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts())
+    assert out.ready and out.details["already_running"] is True
+    assert "already running" in out.msg and out.details["phase"] == "ready"
+
+
+def test_health_none_still_needs_health_when_the_ready_line_is_gone(tmp_path, spawn):
+    proc, port, log = _http_launch(spawn, tmp_path, {"version": "0.5.23"})
+    os.unlink(str(tmp_path / "www" / "health"))  # /health answers 404 now
+    rec = _record(proc, log, port=port)
+    assert _readiness.wait_ready(rec, _opts(health="none")).ready  # the log shows the ready line
+    _copytruncate(log)
+    out = _readiness.wait_ready(rec, _opts(health="none", timeout=1.5))
+    assert not out.ready and out.reason == "timeout" and "/health" in out.msg
+
+
+def test_a_dead_server_is_explained_by_its_last_lines_not_its_whole_log(tmp_path, sleeper):
+    log = str(tmp_path / "l.log")
+    port = free_port()
+    access = '[2025-01-01 11:00:00] INFO:     127.0.0.1:5 - "POST /generate HTTP/1.1" 200 OK'
+    crash = ["[2025-01-01 12:00:00 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+             '  File "scheduler.py", line 1, in event_loop',
+             "RuntimeError: CUDA error: an illegal memory access was encountered",
+             "[2025-01-01 12:00:00] Received sigquit from a child process. It usually means the child failed."]
+    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY]
+           + REQUEST_OOM + [access] * 100_000 + crash)
+    proc = sleeper()
+    rec = _record(proc, log, port=port)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    out = _readiness.wait_ready(rec, _opts())
+    assert out.reason == "fatal_log" and "illegal memory access" in out.msg, out.msg
+    assert "after its ready line" in out.msg and "Error in request" not in out.msg
+    assert out.details["log_bytes_read"] < 2 * _readiness.DEAD_TAIL_BYTES
