@@ -60,6 +60,7 @@ class LogAnalyzer:
         self.decisive: List[Tuple[int, str]] = []  # decide while the process lives
         self.past_start = False  # set for a server already running: nothing is "start" any more
         self._benign_message = False
+        self._benign_traceback = False
         self._traceback_at: Optional[int] = None  # first line of the open traceback
 
     # -- time ----------------------------------------------------------------------------------
@@ -105,10 +106,18 @@ class LogAnalyzer:
 
     def _benign(self, line: str) -> bool:
         """A timestamped line (or a fresh traceback) starts a message; lines without a stamp
-        continue it (`Ignore ... reports ImportError with:` puts the error on the next line)."""
+        continue it (`Ignore ... reports ImportError with:` puts the error on the next line).
+        Inside a traceback only the traceback's own start counts: a benign line of another
+        process written in the middle of it never hides its exception line."""
         own = lp.first_match(line, self.benign_res) is not None
-        if lp.TIMESTAMP_PREFIX.match(line) or lp.TRACEBACK_START.match(line):
+        starts_traceback = lp.TRACEBACK_START.search(line) is not None
+        if lp.TIMESTAMP_PREFIX.match(line) or starts_traceback:
             self._benign_message = own
+            if starts_traceback:
+                self._benign_traceback = own
+            return own
+        if self._traceback_at is not None:
+            return own or self._benign_traceback
         return own or self._benign_message
 
     def _classify(self, index: int, line: str, now: float, history: bool) -> None:

@@ -359,6 +359,18 @@ def test_a_real_benign_warning_is_not_fatal(entry):
     assert not log.decisive
 
 
+def test_a_benign_line_of_another_rank_inside_a_traceback_does_not_hide_it():
+    log = _analyzer()
+    log.feed(["[2025-01-01 10:00:02 TP0] Load weight begin. avail mem=78.50 GB",
+              "Traceback (most recent call last):",
+              '  File "sglang/launch_server.py", line 14, in run_server',
+              str(BENIGN_0523[0].values[0]),  # TP1 writes its warning in the middle
+              '  File "sglang/srt/entrypoints/http_server.py", line 3, in <module>',
+              "ModuleNotFoundError: No module named 'sgl_kernel'"], time.time())
+    assert [line for _i, line in log.decisive] == ["ModuleNotFoundError: No module named 'sgl_kernel'"]
+    assert log.cause() == "ModuleNotFoundError: No module named 'sgl_kernel'"
+
+
 def test_benign_warnings_at_start_never_fail_a_healthy_server(tmp_path, spawn):
     proc, port, log = _http_launch(spawn, tmp_path, {"version": "0.5.23"}, before_ready=[
         line for entry in BENIGN_0523 for line in _lines(entry.values[0])])
