@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 import requests
@@ -169,7 +169,11 @@ class LoadGen:
 def _read_stream(resp: requests.Response) -> Tuple[bool, str, int]:
     """(ok, error, events): every event JSON, no error event, `data: [DONE]` last."""
     events, done = 0, False
-    for raw in resp.iter_lines():
+    try:
+        lines = list(_lines(resp))
+    except requests.exceptions.RequestException as exc:  # the connection broke mid-stream
+        return False, "truncated stream (%s)" % type(exc).__name__, 0
+    for raw in lines:
         if not raw:
             continue
         line = raw.decode("utf-8", "replace")
@@ -191,6 +195,10 @@ def _read_stream(resp: requests.Response) -> Tuple[bool, str, int]:
     if not done:
         return False, "truncated stream (no [DONE])", events
     return (True, "", events) if events else (False, "empty stream", events)
+
+
+def _lines(resp: requests.Response) -> Iterator[bytes]:
+    yield from resp.iter_lines()
 
 
 def _check_body(kind: str, resp: requests.Response) -> Tuple[bool, str]:

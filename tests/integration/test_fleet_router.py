@@ -104,7 +104,10 @@ def test_a_host_that_fails_stays_out_and_the_roll_stops(tmp_path, router_py: str
             load.stop()
         out = roll.stdout + roll.stderr
         assert roll.returncode != 0
-        assert "is left out of the router" in out and "Rolling restart stopped: w1" in out, out[-5000:]
+        assert "is left out of the router" in out, out[-5000:]
+        # the roll stopped: w2's batch never started (ansible ends a serial play whose whole batch
+        # failed; with wider batches the playbook's guard stops the next ones)
+        assert set(recap(out)) == {"w1"}, recap(out)
         # w1 is out; w2 was not touched and serves alone; no client request failed
         assert [w["url"] for w in fleet.router_workers()] == [fleet.worker_url("w2")]
         assert fleet.router_workers()[0]["id"] == routed[fleet.worker_url("w2")]
@@ -162,7 +165,7 @@ def test_module_against_a_legacy_router(spawn, tmp_path) -> None:
 
     def listed() -> bool:
         try:
-            return run_module("sglang_router", base)["total_workers"] == 2
+            return run_module("sglang_router", base).get("total_workers") == 2
         except AssertionError:
             return False
 
