@@ -492,10 +492,9 @@ class Readiness:
     def _death_context(self) -> str:
         """When the process died, truthfully: before or after its ready line, or the proofs."""
         now = self._now_epoch()
-        if self._proven_at is not None or self._proven_since_launch is not None:
-            held = self.clock() - self._proven_at if self._proven_at is not None else 0.0
+        if self._proven_at is not None:
             return ("%.1f s after every readiness proof held (inside the settle window of %.1f s)"
-                    % (max(0.0, held), self.opts.settle))
+                    % (max(0.0, self.clock() - self._proven_at), self.opts.settle))
         ready_at = self.log.ready_seconds()
         if ready_at is not None:
             return "after its ready line (printed %s after the launch, %s ago)" % (
