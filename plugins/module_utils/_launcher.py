@@ -8,6 +8,10 @@ There is never a server without a record: the record is written right after the 
 the interpreter has even started (so before the server can bind), and completed once the
 server process exists. Any failure after the spawn kills the launch's whole session before it
 is reported.
+
+With cgroup containment the instance cgroup is created (fresh, or refused when a running launch
+still has processes in it) before the spawn, the supervisor joins it before it starts the server,
+and the launch is accepted only when supervisor and server are both seen inside it.
 """
 from __future__ import annotations
 
@@ -21,7 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _record, _redact, _supervisor
+from ansible_collections.llmops.sglang.plugins.module_utils import (
+    _cgroup, _containment, _procs, _record, _redact, _supervisor)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -51,6 +56,10 @@ class LaunchSpec:
     spawn_timeout: float = SPAWN_TIMEOUT
     # More fields for the record (fingerprint, port, ...), so it is complete from its first write.
     record_fields: Dict[str, Any] = field(default_factory=dict)
+    # The backend _containment.choose picked: "none" or "cgroup" (the supervisor joins the
+    # instance cgroup before the server starts), and why it was picked (kept in the record).
+    containment: str = "none"
+    containment_why: str = ""
 
 
 # --- log files -------------------------------------------------------------------------------
@@ -316,8 +325,8 @@ def _prepare(spec: LaunchSpec) -> Tuple[str, str]:
 
 
 def _start(spec: LaunchSpec, env: Dict[str, str], tmpdir: str, exit_path: str, launch_id: str,
-           log_fd: int) -> "subprocess.Popen[bytes]":
-    stdin_fd = _supervisor.payload_pipe(_supervisor.payload(exit_path, launch_id, spec.argv))
+           log_fd: int, cgroup: Optional[str] = None) -> "subprocess.Popen[bytes]":
+    stdin_fd = _supervisor.payload_pipe(_supervisor.payload(exit_path, launch_id, spec.argv, cgroup))
     try:
         return subprocess.Popen(_supervisor.command(spec.python, spec.name), stdin=stdin_fd, stdout=log_fd,
                                 stderr=log_fd, close_fds=True, start_new_session=True, env=env, cwd=tmpdir)
@@ -332,6 +341,15 @@ def spawn(spec: LaunchSpec) -> Dict[str, Any]:
     SglangError (with `log_tail` when the server is gone within the first moments); any failure
     after the spawn stops the launch's session first, and the message says so."""
     tmpdir, exit_path = _prepare(spec)
+    contained = _containment.prepare(spec.name, spec.containment, spec.containment_why)
+    try:
+        return _spawn(spec, tmpdir, exit_path, contained)
+    except BaseException:
+        _containment.discard(contained)  # a failed launch leaves no cgroup behind (nor any member)
+        raise
+
+
+def _spawn(spec: LaunchSpec, tmpdir: str, exit_path: str, contained: Dict[str, Any]) -> Dict[str, Any]:
     launch_id = uuid.uuid4().hex
     markers = {_procs.MARKER_INSTANCE: spec.name, _procs.MARKER_LAUNCH_ID: launch_id,
                _procs.MARKER_STATE_DIR: spec.state_dir}
@@ -341,7 +359,7 @@ def spawn(spec: LaunchSpec) -> Dict[str, Any]:
     try:
         link = update_log_link(spec.log_dir, spec.name, log_path)
         prune_logs(spec.log_dir, spec.name, spec.keep_logs, log_path)
-        sup = _start(spec, env, tmpdir, exit_path, launch_id, log_fd)
+        sup = _start(spec, env, tmpdir, exit_path, launch_id, log_fd, contained.get("cgroup"))
     finally:
         os.close(log_fd)
     sup_proc = _procs.read_proc(sup.pid)
@@ -356,15 +374,18 @@ def spawn(spec: LaunchSpec) -> Dict[str, Any]:
         "argv": _redact.redact_argv(spec.argv, spec.extra_secret_flags), "env": user_env,
         "log_path": log_path, "log_offset": 0, "log_link": link,
         "tmpdir": tmpdir, "exit_path": exit_path,
-        "launched_at": now,
+        "launched_at": now, "record_version": _record.RECORD_VERSION,
         "launched_at_utc": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     })
+    record.update(contained)
     try:
         _record.write_record(spec.state_dir, spec.name, record)
         server = _await_server(spec, sup, exit_path, launch_id, log_path)
+        _check_contained(contained, sup.pid, server.pid)
         record.update(pid=server.pid, start_time=server.start_time)
         _record.write_record(spec.state_dir, spec.name, record)
     except BaseException as exc:
+        _containment.discard(contained)  # first: it reaches members that left the session
         left = stop_session(sup)
         if isinstance(exc, SglangError):
             details = dict(exc.details)
@@ -395,6 +416,19 @@ def _await_server(spec: LaunchSpec, sup: "subprocess.Popen[bytes]", exit_path: s
                           "interpreter start needs a longer spawn_timeout; see %s"
                           % (spec.name, spec.spawn_timeout, log_path),
                           reason="spawn_timeout", log_path=log_path, log_tail=tail)
+    reason = "containment_failed" if exit_data.get("reason") == "containment_failed" else "died"
     raise SglangError("the server of instance %r exited right after the launch (%s); see %s"
-                      % (spec.name, _exit_text(exit_data, exit_status(sup)), log_path), reason="died",
+                      % (spec.name, _exit_text(exit_data, exit_status(sup)), log_path), reason=reason,
                       log_path=log_path, log_tail=tail, exit=exit_data)
+
+
+def _check_contained(contained: Dict[str, Any], sup_pid: int, server_pid: int) -> None:
+    """Supervisor and server must both be in the instance cgroup, or the launch is not contained."""
+    path = contained.get("cgroup")
+    if contained.get("containment") != "cgroup" or not isinstance(path, str):
+        return
+    inside = set(_cgroup.members(path))
+    outside = [pid for pid in (sup_pid, server_pid) if pid not in inside]
+    if outside:
+        raise SglangError("pid(s) %s of the launch are not in its cgroup %s" % (", ".join(map(str, outside)), path),
+                          reason="containment_failed", cgroup=path)

@@ -20,7 +20,9 @@ from typing import Any, Dict, List, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
-RECORD_VERSION = 1
+# 1: the first format. 2: + containment, containment_why, cgroup, cgroup_id, boot_id (a record
+# without them is read as containment none: its server is found and stopped the old way).
+RECORD_VERSION = 2
 # No dots: <name>.json, <name>.exit.json, <name>.tmp, <name>.lock, <name>.restart.lock and
 # <name>-<stamp>.log can then never be another instance's file.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")

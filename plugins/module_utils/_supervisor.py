@@ -8,6 +8,10 @@ loading". It forwards SIGTERM/SIGINT to the server (a teardown that signals only
 still stops the server) and otherwise does nothing: no restarts, no output of its own except
 one line when the server cannot be executed or the exit file cannot be written.
 
+With cgroup containment it first moves itself into the instance cgroup (named in the payload),
+before the server exists, so the server and everything it ever forks is born inside; if that
+fails the server is not started (exit 126, reason containment_failed in the exit file).
+
 Nothing is executed from a file: the interpreter runs a one-line bootstrap given with `-c`,
 which reads this source and the server's argv from a pipe on its stdin. The module fills that
 pipe before the spawn (no other process can write it), so the supervisor runs the collection's
@@ -20,7 +24,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from typing import List
+from typing import List, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
@@ -75,8 +79,26 @@ def write_exit(path, data):
         say("cannot write %s: %s" % (path, exc.strerror or exc))
 
 
+def join_cgroup(path):
+    """Move this process into the instance cgroup before the server exists: every process the
+    server ever forks is then born inside it. None when done, else the error text."""
+    try:
+        with open(os.path.join(path, "cgroup.procs"), "w") as fh:
+            fh.write("0\n")
+    except OSError as exc:
+        return "cannot join cgroup %s: %s" % (path, exc.strerror or exc)
+    return None
+
+
 def main():
     exit_path, launch_id, argv = PAYLOAD["exit_path"], PAYLOAD["launch_id"], PAYLOAD["argv"]
+    if PAYLOAD.get("cgroup"):
+        error = join_cgroup(PAYLOAD["cgroup"])
+        if error:
+            say(error)
+            write_exit(exit_path, {"launch_id": launch_id, "pid": None, "returncode": 126, "signal": None,
+                                   "exited_at": time.time(), "error": error, "reason": "containment_failed"})
+            return 126
     # stdin was the pipe this program came through: the server gets /dev/null.
     null = os.open(os.devnull, os.O_RDONLY)
     if null != 0:
@@ -123,9 +145,10 @@ def command(python: str, name: str) -> List[str]:
     return [python, "-I", "-S", "-c", BOOTSTRAP, TITLE, name]
 
 
-def payload(exit_path: str, launch_id: str, server_argv: List[str]) -> bytes:
+def payload(exit_path: str, launch_id: str, server_argv: List[str], cgroup: Optional[str] = None) -> bytes:
+    """`cgroup`: the instance cgroup the supervisor joins first thing (None: stay where it is)."""
     return json.dumps({"source": SOURCE, "exit_path": exit_path, "launch_id": launch_id,
-                       "argv": list(server_argv)}).encode("ascii")
+                       "argv": list(server_argv), "cgroup": cgroup}).encode("ascii")
 
 
 def payload_pipe(data: bytes) -> int:

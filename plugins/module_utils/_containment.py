@@ -1,0 +1,300 @@
+"""PRIVATE to llmops.sglang. Which containment a launch gets, and teardown by cgroup.
+
+Backends:
+  cgroup  the instance gets its own cgroup v2 directory (see _cgroup); the supervisor joins it
+          before the server exists, so the server and every process it ever forks is a member,
+          whatever it does to its session, parent, title or environment.
+  none    no cgroup; members are found as before (launch record, process group, session,
+          environment marker, titles, TMPDIR, log fd).
+  systemd (a transient unit per instance) is designed but not built: `choose` says so.
+
+Teardown of a contained instance (`stop`) signals only processes listed in the instance's cgroup
+at the moment of signalling, each through a pidfd checked as a member after it was opened; the
+cgroup is recognised by the id recorded at launch, so a later cgroup of the same name (another
+state dir's instance, a relaunch) is never touched through an older record.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _pidfd, _procs, _record, _redact
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+BACKENDS = ("auto", "systemd", "cgroup", "none")
+# The systemd backend (systemd-run transient unit) ships only once it is tested under a real
+# systemd; until then `systemd` is refused and `auto` never picks it.
+SYSTEMD_BUILT = False
+SYSTEMD_RUNTIME_DIR = "/run/systemd/system"   # exists iff PID 1 is systemd (sd_booted(3))
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+# While waiting for the grace period, look for members forked after the SIGTERM this often.
+RESCAN_S = 0.1
+CMDLINE_LIMIT = 200
+
+
+# --- choosing ---------------------------------------------------------------------------------
+
+def systemd_is_pid1() -> bool:
+    return os.path.isdir(SYSTEMD_RUNTIME_DIR)
+
+
+def _systemd_status() -> Tuple[bool, str]:
+    if not SYSTEMD_BUILT:
+        return False, "the systemd backend is not part of this release"
+    if not systemd_is_pid1():
+        return False, "PID 1 is not systemd (%s does not exist)" % SYSTEMD_RUNTIME_DIR
+    return True, "PID 1 is systemd"
+
+
+def _cgroup_status() -> Tuple[bool, str]:
+    return _cgroup.writable(_cgroup.v2_mount())
+
+
+def choose(requested: str) -> Tuple[str, str]:
+    """(backend, why) for a launch. auto: systemd when PID 1 is systemd and the backend is built,
+    else cgroup when cgroup v2 is writable by this user, else none. A named backend that is not
+    available raises SglangError(containment_unavailable) saying why; nothing is created here."""
+    if requested not in BACKENDS:
+        raise SglangError("containment must be one of %s, got %r" % (", ".join(BACKENDS), requested),
+                          reason="bad_option")
+    if requested == "none":
+        return "none", "containment none was requested: members are found by the launch record, session, " \
+                       "marker and titles"
+    sd_ok, sd_why = _systemd_status()
+    if requested == "systemd":
+        if not sd_ok:
+            raise SglangError("containment systemd is not available: %s" % sd_why, reason="containment_unavailable")
+        return "systemd", sd_why
+    cg_ok, cg_why = _cgroup_status()
+    if requested == "cgroup":
+        if not cg_ok:
+            raise SglangError("containment cgroup is not available: %s" % cg_why, reason="containment_unavailable")
+        return "cgroup", cg_why
+    if sd_ok:
+        return "systemd", "auto: %s" % sd_why
+    sd_note = "systemd not used (%s)" % sd_why if systemd_is_pid1() else "PID 1 is not systemd"
+    if cg_ok:
+        return "cgroup", "auto: %s; %s" % (sd_note, cg_why)
+    return "none", "auto: %s; cgroup not used (%s): members are found by the launch record, session, marker " \
+                   "and titles" % (sd_note, cg_why)
+
+
+# --- launch side --------------------------------------------------------------------------------
+
+def boot_id() -> Optional[str]:
+    try:
+        with open(BOOT_ID, "r", encoding="ascii") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def _mount_or_fail() -> str:
+    mount = _cgroup.v2_mount()
+    ok, why = _cgroup.writable(mount)
+    if not ok or mount is None:
+        raise SglangError("containment cgroup is not available: %s" % why, reason="containment_unavailable")
+    return mount
+
+
+def launch_problem(name: str, backend: str) -> Optional[str]:
+    """Why a launch with `backend` would be refused, checked without creating anything (check
+    mode): the instance cgroup belongs to another user or still holds processes."""
+    if backend != "cgroup":
+        return None
+    mount = _cgroup.v2_mount()
+    ok, why = _cgroup.writable(mount)
+    if not ok or mount is None:
+        return "containment cgroup is not available: %s" % why
+    path = _cgroup.instance_path(mount, _record.validate_name(name))
+    if not os.path.lexists(path):
+        return None
+    try:
+        _cgroup.check_owned(path)
+    except SglangError as exc:
+        return exc.msg
+    busy = _cgroup.members(path)
+    if busy:
+        return "cgroup %s already holds %d process(es) (pids %s): another launch of instance %r is still running" \
+               % (path, len(busy), ", ".join(str(p) for p in busy[:10]), name)
+    return None
+
+
+def prepare(name: str, backend: str, why: str = "") -> Dict[str, Any]:
+    """The record fields of the containment, creating the instance cgroup for `cgroup` (fresh
+    and empty, or SglangError cgroup_busy / unsafe_cgroup / containment_unavailable)."""
+    if backend == "none":
+        return {"containment": "none", "containment_why": why, "cgroup": None}
+    if backend == "cgroup":
+        path = _cgroup.create(_mount_or_fail(), _record.validate_name(name))
+        return {"containment": "cgroup", "containment_why": why, "cgroup": path, "cgroup_id": _cgroup.cgroup_id(path),
+                "boot_id": boot_id()}
+    if backend == "systemd":
+        raise SglangError("containment systemd is not available: %s" % _systemd_status()[1],
+                          reason="containment_unavailable")
+    raise SglangError("containment backend must be none or cgroup for a launch, got %r" % (backend,),
+                      reason="bad_option")
+
+
+def discard(fields: Dict[str, Any]) -> None:
+    """Kill whatever is in a launch's cgroup and remove it (a launch that failed after the spawn)."""
+    path = fields.get("cgroup")
+    if fields.get("containment") != "cgroup" or not isinstance(path, str):
+        return
+    if _cgroup.populated(path):
+        _cgroup.kill(path)
+        _cgroup.wait_empty(path, time.monotonic() + 5.0)
+    _cgroup.remove(path)
+
+
+# --- reading a record -----------------------------------------------------------------------------
+
+def is_contained(record: Optional[Dict[str, Any]]) -> bool:
+    """True for records of a contained launch. Records from before containment (no field) and
+    containment none are found and torn down the old way."""
+    return bool(record) and record.get("containment") == "cgroup"  # type: ignore[union-attr]
+
+
+def resolve(record: Optional[Dict[str, Any]]) -> Tuple[Optional[str], List[str]]:
+    """(path of the record's own cgroup, notes), path None when there is nothing to act on.
+
+    The path acted on is derived from the record's name and this host's cgroup2 mount, never
+    taken from the record as written; it must be the very cgroup the launch created (same boot,
+    same cgroup id). Another owner raises SglangError(unsafe_cgroup): nothing is signalled."""
+    if not is_contained(record):
+        return None, ["the record has no cgroup (containment none, or written before containment existed)"]
+    assert record is not None
+    name = record.get("name")
+    mount = _cgroup.v2_mount()
+    if not isinstance(name, str) or mount is None:
+        return None, ["no cgroup v2 hierarchy is mounted or the record names no instance"]
+    path = _cgroup.instance_path(mount, _record.validate_name(name))
+    notes: List[str] = []
+    if record.get("cgroup") != path:
+        notes.append("the record names cgroup %r; this host keeps the instance's at %s" % (record.get("cgroup"), path))
+    rec_boot = record.get("boot_id")
+    if rec_boot and boot_id() and rec_boot != boot_id():
+        return None, notes + ["the record is from an earlier boot: its cgroup no longer exists"]
+    if not os.path.lexists(path):
+        return None, notes + ["cgroup %s does not exist: nothing of the launch is left in it" % path]
+    _cgroup.check_owned(path)
+    rec_id = record.get("cgroup_id")
+    if not isinstance(rec_id, int) or rec_id != _cgroup.cgroup_id(path):
+        return None, notes + ["cgroup %s is not the one this launch created (id %s, recorded %r): it belongs to a "
+                              "later launch and is left alone" % (path, _cgroup.cgroup_id(path), rec_id)]
+    return path, notes
+
+
+def _describe(pid: int) -> Dict[str, Any]:
+    proc = _procs.read_proc(pid)
+    if proc is None:
+        return {"pid": pid, "name": "?", "cmdline": "", "user": "?"}
+    return {"pid": pid, "name": proc.comm, "user": proc.user,
+            "cmdline": _redact.describe_cmdline(proc.cmdline, proc.comm, CMDLINE_LIMIT)}
+
+
+def members_of(record: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The processes in the record's cgroup now (pid, name, user, cmdline): check mode and plans.
+    Empty for an uncontained record or a cgroup that is gone or not this launch's."""
+    path, _notes = resolve(record)
+    if path is None:
+        return []
+    return [_describe(pid) for pid in _cgroup.members(path)]
+
+
+def outside_members(record: Optional[Dict[str, Any]], pids: Iterable[int]) -> List[int]:
+    """Of `pids` (processes the heuristics attribute to the recorded instance), the live ones that
+    are not in its cgroup: escaped from containment, or started beside it. Empty when the record is
+    not contained."""
+    if not is_contained(record):
+        return []
+    path, _notes = resolve(record)
+    inside = set(_cgroup.members(path)) if path else set()
+    return sorted(pid for pid in set(pids) if pid not in inside and _procs.is_alive(pid))
+
+
+# --- teardown -------------------------------------------------------------------------------------
+
+def _send(handles: Dict[int, _pidfd.Handle], pids: Iterable[int], sig: int) -> List[int]:
+    return sorted(pid for pid in pids if handles[pid].send(sig) == "sent")
+
+
+def _continue_stopped(handles: Dict[int, _pidfd.Handle], pids: Iterable[int]) -> None:
+    """A stopped member (state T) acts on SIGTERM only once continued."""
+    for pid in pids:
+        proc = _procs.read_proc(pid)
+        if proc is not None and proc.state in ("T", "t"):
+            handles[pid].send(signal.SIGCONT)
+
+
+def _grace(path: str, handles: Dict[int, _pidfd.Handle], info: Dict[int, Dict[str, Any]],
+           sent: List[int], until: float) -> bool:
+    """Wait for `populated 0` until `until`; members forked meanwhile get their SIGTERM too."""
+    while True:
+        if _cgroup.wait_empty(path, min(until, time.monotonic() + RESCAN_S)):
+            return True
+        if time.monotonic() >= until:
+            return False
+        new = {pid: h for pid, h in _cgroup.pin_members(path).items() if pid not in handles}
+        for pid, handle in new.items():
+            handles[pid] = handle
+            info[pid] = dict(_describe(pid), appeared="after SIGTERM")
+        sent.extend(_send(handles, new, signal.SIGTERM))
+
+
+def stop(record: Optional[Dict[str, Any]], grace_period: float, deadline: float) -> Dict[str, Any]:
+    """Stop a contained instance by its cgroup: SIGTERM to every member, wait for `populated 0`
+    up to `grace_period` seconds, then cgroup.kill and wait up to `deadline` (a time.monotonic()
+    value), then rmdir. Only members of the record's own cgroup are ever signalled.
+
+    Returns: containment, cgroup, changed (a process was signalled), members (pid, name, user,
+    cmdline, ended: SIGTERM | SIGKILL | alive), killed_with, empty, removed, survivors, notes,
+    timings (seconds: term, kill, remove, total). An empty or missing cgroup is changed=false."""
+    t0 = time.monotonic()
+    result: Dict[str, Any] = {"containment": record.get("containment", "none") if record else "none",
+                              "cgroup": None, "changed": False, "members": [], "killed_with": None, "empty": True,
+                              "removed": False, "survivors": [], "notes": [], "timings": {}}
+    path, notes = resolve(record)
+    result["notes"] = notes
+    if path is None:
+        result["timings"] = {"total": round(time.monotonic() - t0, 4)}
+        return result
+    result["cgroup"] = path
+    handles = _cgroup.pin_members(path)
+    try:
+        info = {pid: _describe(pid) for pid in handles}
+        sent = _send(handles, list(handles), signal.SIGTERM)
+        _continue_stopped(handles, sent)
+        empty = _grace(path, handles, info, sent, min(t0 + max(grace_period, 0.0), deadline))
+        # populated 0 is set in the kernel's exit path just before a process becomes a zombie
+        # (when its pidfd turns readable): once empty, every member has ended
+        ended = {pid: "gone before SIGTERM" for pid in handles if pid not in sent}
+        ended.update({pid: "SIGTERM" for pid, h in handles.items() if pid in sent and (empty or h.exited())})
+        t1 = time.monotonic()
+        if not empty:
+            for pid, handle in _cgroup.pin_members(path).items():
+                if pid in handles:
+                    handle.close()
+                    continue
+                handles[pid] = handle
+                info[pid] = dict(_describe(pid), appeared="after SIGTERM")
+            result["killed_with"] = _cgroup.kill(path)
+            empty = _cgroup.wait_empty(path, deadline)
+        t2 = time.monotonic()
+        for pid, handle in handles.items():
+            ended.setdefault(pid, "SIGKILL" if empty or handle.exited() else "alive")
+        survivors = sorted(_cgroup.members(path)) if not empty else []
+        removed = empty and _cgroup.remove(path)
+        t3 = time.monotonic()
+    finally:
+        for handle in handles.values():
+            handle.close()
+    result.update(
+        changed=bool(sent or result["killed_with"]),
+        members=[dict(info[pid], ended=ended[pid]) for pid in sorted(info)],
+        empty=empty, removed=removed, survivors=[_describe(pid) for pid in survivors],
+        timings={"term": round(t1 - t0, 4), "kill": round(t2 - t1, 4), "remove": round(t3 - t2, 4),
+                 "total": round(t3 - t0, 4)})
+    return result
