@@ -115,11 +115,13 @@ class Trial:
     def _observer(self, tool: str, budget: float, retries: int):
         st, name, log_path, port = self.state_dir, self.name, self.log_path, self.port
         if tool == "ours":
-            return lambda: C.run_module("sglang_ready", {"name": name, "state_dir": st,
+            # settle: 0 - the verdict latency after the ready line is what is compared here; the
+            # settle window (default 2 s: still alive, port still ours) is a deliberate extra.
+            return lambda: C.run_module("sglang_ready", {"name": name, "state_dir": st, "settle": 0,
                                                          "timeout": budget}, timeout=budget + 60)
         if tool == "ours_cli":
             argv = C.ansible_adhoc_argv("llmops.sglang.sglang_ready",
-                                        {"name": name, "state_dir": st, "timeout": budget})
+                                        {"name": name, "state_dir": st, "settle": 0, "timeout": budget})
         elif tool == "wait_for":
             argv = C.ansible_adhoc_argv("ansible.builtin.wait_for",
                                         "path=%s search_regex='ready to roll' timeout=%d" % (log_path, budget))
