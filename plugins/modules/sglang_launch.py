@@ -46,6 +46,16 @@ description:
     secret flag values in command lines (also inside one-string process titles) and every
     literal secret value given are masked.
   - Holds the per-instance lock C(<state_dir>/<name>.lock) while deciding and launching.
+  - What an operator must see is an Ansible warning (shown without C(-v)) - every preflight
+    warning, GPUs that could not be read (no NVML, no C(nvidia-smi)) so that O(tp_size) was not
+    checked against them (unless O(gpu_check=false) or O(gpu_backend=none)), and a O(model_path)
+    taken for a hub id.
+requirements:
+  - Linux (C(/proc)).
+  - psutil and requests for the Python that runs the module (SGLang's venv has both). Without
+    them the module fails with reason V(missing_library), naming an interpreter on the host that
+    has them - O(venv), the interpreters of launch records and running sglang servers, sglang
+    installs under O(search_paths) - to pass as C(ansible_python_interpreter).
 version_added: "0.1.0"
 author:
   - llmops.sglang contributors (@llmops)
@@ -269,7 +279,8 @@ reason:
       within O(probe_timeout); check mode only, else a failure), V(port_busy) (port held by
       another sglang server - changed in check mode -, or by a foreign holder - a failure unless
       O(foreign_port_holders=kill)).
-    - On failure also V(no_space) (below O(min_free_mb) or O(min_free_inodes)), V(preflight_failed)
+    - On failure also V(missing_library) (psutil or requests not importable, see RV(interpreter_with_libraries)),
+      V(no_space) (below O(min_free_mb) or O(min_free_inodes)), V(preflight_failed)
       (several kinds of preflight failure), and the reasons of the step that failed - V(bad_name),
       V(unsafe_dir), V(locked), V(spawn_failed), V(spawn_timeout), V(died), V(io_error), ... -
       taken from where the error was raised.
@@ -366,6 +377,20 @@ diff:
   description: Fingerprint inputs before (the running server, if any) and after, as text.
   returned: with --diff
   type: dict
+missing_libraries:
+  description: The Python libraries the module's interpreter could not import.
+  returned: when reason is missing_library
+  type: list
+  elements: str
+  sample: [psutil, requests]
+interpreter_with_libraries:
+  description:
+    - An interpreter on the host that imports psutil and requests (run only when nobody but root
+      or the module's user can replace it), to pass as C(ansible_python_interpreter); null when
+      none was found.
+  returned: when reason is missing_library
+  type: str
+  sample: /root/ml-env/bin/python
 """
 
 import os
@@ -374,7 +399,7 @@ from typing import Any, Dict, List, Optional
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _cliargs, _exit, _http, _launcher, _lock, _preflight, _procs, _record, _redact)
+    _cliargs, _deps, _exit, _http, _launcher, _lock, _preflight, _procs, _record, _redact)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 
@@ -671,14 +696,38 @@ def _register_secrets(module: AnsibleModule) -> None:
             module.no_log_values.add(text)
 
 
+def operator_warnings(preflight: Dict[str, Any], p: Dict[str, Any]) -> List[str]:
+    """What the operator must see without -v: every preflight warning, GPUs that could not be
+    read (so tp_size went unchecked) unless the check was turned off, a hub id model path."""
+    out = list(preflight.get("warnings") or [])
+    gpus_wanted = p.get("gpu_check", True) and p.get("gpu_backend") != "none"
+    for check in preflight.get("checks") or []:
+        if check.get("status") != "note":
+            continue
+        msg = str(check.get("msg") or "")
+        if check.get("name") == "gpus" and gpus_wanted and msg.startswith("GPUs not checked"):
+            out.append("%s: tp_size %s was not checked against the GPUs" % (msg, p.get("tp_size")))
+        elif check.get("name") == "model_path" and "hub id" in msg:
+            out.append(msg)
+    return out
+
+
+def _warn(module: AnsibleModule, result: Dict[str, Any], secrets: List[str]) -> None:
+    for text in operator_warnings(result.get("preflight") or {}, module.params):
+        module.warn(_redact.redact_text(text, secrets))
+
+
 def _body(module: AnsibleModule) -> Dict[str, Any]:
     """The module's work; every result and failure leaves through the same redaction."""
     secrets = _param_secrets(module.params)
     try:
         if not os.path.isdir("/proc/self"):
             raise SglangError("sglang_launch needs Linux /proc", reason="unsupported")
-        return _redact.redact_result(_run(module), secrets)
+        result = _run(module)
+        _warn(module, result, secrets)
+        return _redact.redact_result(result, secrets)
     except _Failed as exc:
+        _warn(module, exc.result, secrets)
         details = _redact.redact_result(exc.result, secrets)
         details.pop("msg", None)
         raise SglangError(exc.msg, **details)
@@ -721,6 +770,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     _register_secrets(module)
+    _deps.require(module)
     _exit.run(module, _body, "sglang_launch", _param_secrets(module.params))
 
 
