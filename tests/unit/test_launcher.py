@@ -5,10 +5,12 @@ import json
 import os
 import signal
 import sys
+import time
+import uuid
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _launcher, _procs, _record
+from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _containment, _launcher, _procs, _record
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from helpers.fixtures import TEST_MARKER, TEST_RUN_ID, wait_for
 
@@ -159,3 +161,89 @@ def test_bad_spawn_timeout_is_refused_before_anything_starts(tmp_path):
         _launcher.spawn(spec)
     assert info.value.details["reason"] == "bad_spawn_timeout"
     assert not os.path.exists(str(tmp_path / "state"))
+
+
+# --- cgroup containment ------------------------------------------------------------------------
+
+# The stand-in server double-forks a worker that leaves the session and the process tree.
+ESCAPING_SERVER = r"""
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open(sys.argv[1], "w").write(str(os.getpid()))
+        time.sleep(60)
+    os._exit(0)
+time.sleep(60)
+"""
+
+
+def _contained_spec(tmp_path, argv):
+    spec = _spec(tmp_path, argv, name="unit-%s" % uuid.uuid4().hex[:8])
+    spec.containment, spec.containment_why = "cgroup", "unit test"
+    return spec
+
+
+def _stop_all(rec):
+    result = _containment.stop(rec, grace_period=0, deadline=time.monotonic() + 10)
+    _killpg(rec["pgid"])
+    return result
+
+
+def test_contained_spawn_puts_supervisor_server_and_escaped_worker_in_one_cgroup(tmp_path):
+    pidfile = tmp_path / "worker"
+    rec = _launcher.spawn(_contained_spec(tmp_path, [sys.executable, "-c", ESCAPING_SERVER, str(pidfile)]))
+    try:
+        path = _cgroup.instance_path(_cgroup.v2_mount(), rec["name"])
+        assert rec["containment"] == "cgroup" and rec["cgroup"] == path and rec["containment_why"] == "unit test"
+        assert rec["cgroup_id"] == _cgroup.cgroup_id(path) and rec["boot_id"] == _containment.boot_id()
+        assert rec["record_version"] == _record.RECORD_VERSION == 2
+        assert _record.read_record(rec["state_dir"], rec["name"])["cgroup"] == path
+        assert oct(os.stat(path).st_mode & 0o777) == "0o700"
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text(), 10)
+        worker = int(pidfile.read_text())
+        assert os.getsid(worker) != rec["sid"]
+        assert {rec["supervisor_pid"], rec["pid"], worker} <= set(_cgroup.members(path))
+        result = _stop_all(rec)
+        assert result["removed"] and worker in [m["pid"] for m in result["members"]]
+        assert not _procs.is_alive(worker)
+    finally:
+        _stop_all(rec)
+
+
+def test_uncontained_spawn_records_containment_none(tmp_path):
+    rec = _launcher.spawn(_spec(tmp_path, [sys.executable, "-c", "import time; time.sleep(30)"]))
+    try:
+        assert rec["containment"] == "none" and rec["cgroup"] is None and rec["record_version"] == 2
+        assert not _containment.is_contained(rec)
+    finally:
+        _killpg(rec["pgid"])
+
+
+def test_a_running_instance_in_the_cgroup_refuses_the_launch_before_the_spawn(tmp_path):
+    first = _launcher.spawn(_contained_spec(tmp_path, [sys.executable, "-c", "import time; time.sleep(60)"]))
+    try:
+        spec = _contained_spec(tmp_path / "other", [sys.executable, "-c", "import time; time.sleep(60)"])
+        spec.name = first["name"]  # the same instance name in another state dir
+        with pytest.raises(SglangError) as info:
+            _launcher.spawn(spec)
+        assert info.value.details["reason"] == "cgroup_busy"
+        assert first["pid"] in info.value.details["pids"]
+        assert not os.path.exists(str(tmp_path / "other" / "logs"))  # nothing was started
+        assert _procs.is_alive(first["pid"], first["start_time"])
+    finally:
+        _stop_all(first)
+
+
+def test_a_supervisor_that_cannot_join_its_cgroup_never_starts_the_server(tmp_path, monkeypatch):
+    marker = tmp_path / "started"
+    fake = {"containment": "cgroup", "containment_why": "", "cgroup": str(tmp_path / "no-such-cgroup"),
+            "cgroup_id": 1, "boot_id": None}
+    monkeypatch.setattr(_containment, "prepare", lambda name, backend, why="": dict(fake))
+    spec = _contained_spec(tmp_path, [sys.executable, "-c", "open(%r, 'w'); import time; time.sleep(30)"
+                                      % str(marker)])
+    with pytest.raises(SglangError) as info:
+        _launcher.spawn(spec)
+    assert info.value.details["reason"] == "containment_failed"
+    assert "cannot join cgroup" in info.value.msg
+    assert not marker.exists()
