@@ -101,6 +101,10 @@ def repo_path(token: str) -> str:
 
 
 def exists(path: str) -> bool:
+    """The path exists; for a pytest node id (file::test, file::Class::test) the test does too."""
+    path, _, node = path.partition("::")
+    if node:
+        return exists(path) and node_defined(path, node)
     if any((path.rstrip("/") + "/").startswith(prefix) for prefix in RUNTIME_PREFIXES):
         return True
     for candidate in expand_braces(path.rstrip("/")):
@@ -108,6 +112,17 @@ def exists(path: str) -> bool:
             continue
         return False
     return True
+
+
+def node_defined(path: str, node: str) -> bool:
+    """Every name of `Class::test[param]` is defined (def/class) in the test file."""
+    try:
+        with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
+            source = handle.read()
+    except OSError:
+        return False
+    names = [part.split("[", 1)[0] for part in node.split("::") if part]
+    return all(re.search(r"^\s*(?:async\s+)?(?:def|class)\s+%s\b" % re.escape(n), source, re.M) for n in names)
 
 
 def broken_links(rel: str) -> List[str]:
@@ -175,6 +190,8 @@ def test_the_checker_sees_what_it_must(tmp_path) -> None:
     assert repo_path("molecule") == ""  # a word; molecule/ names the directory
     assert not exists("plugins/modules/no_such_module.py")
     assert exists(".venv/bin/ansible-test")
+    assert exists("tests/unit/test_docs_links.py::test_the_checker_sees_what_it_must")
+    assert not exists("tests/unit/test_docs_links.py::test_no_such_test")
     assert expand_braces("a.{md,json}") == ["a.md", "a.json"]
     lines = list(code_texts("x `plugins/a.py` y\n```\nscripts/b.sh --x\n```\n"))
     assert lines == [(1, "plugins/a.py"), (3, "scripts/b.sh --x")]
