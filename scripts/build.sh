@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make build`: build the collection artifact into build/dist/ and check what went into it.
-# galaxy.yml's build_ignore must keep the virtual environments, the collections/ symlink back
-# to the repository root, test output, build output, caches and VCS data out of the tarball.
+# galaxy.yml's build_ignore must keep the virtual environments, the collections/ link back to
+# the repository root (made by make), test output, build output, caches and VCS data out of the
+# tarball; the dependency declarations for ansible-builder must be in it.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -32,8 +33,9 @@ with tarfile.open(path) as tar:
     files = json.load(tar.extractfile("FILES.json"))
 
 problems = []
+# meta/execution-environment.yml and the files it names: what ansible-builder reads
 required = ["MANIFEST.json", "FILES.json", "meta/runtime.yml", "plugins/module_utils", "COPYING",
-            "README.md"]
+            "README.md", "meta/execution-environment.yml", "requirements.txt", "bindep.txt"]
 for name in required:
     if name not in names:
         problems.append("missing: %s" % name)

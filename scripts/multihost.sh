@@ -17,6 +17,8 @@ PY=$ROOT/.venv/bin/python
 [ "$(id -u)" = 0 ] || { echo "multihost: needs root (network namespaces, sshd)" >&2; exit 1; }
 [ -x "$PY" ] || { echo "multihost: $PY missing: run make venv" >&2; exit 1; }
 [ -x "$ROOT/.venv-emulator/bin/python" ] || { echo "multihost: .venv-emulator missing: run make emulator-venv" >&2; exit 1; }
+[ -e "$ROOT/collections/ansible_collections/llmops/sglang/galaxy.yml" ] \
+    || { echo "multihost: collections/ansible_collections/llmops/sglang missing: run make collection-link" >&2; exit 1; }
 
 export ANSIBLE_CONFIG=$ROOT/ansible.cfg
 export PYTHONDONTWRITEBYTECODE=1
