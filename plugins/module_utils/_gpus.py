@@ -10,6 +10,7 @@ is not a process in this module's /proc). Only `own` processes can be ours.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ ENV_BACKEND = "LLMOPS_SGLANG_GPU_BACKEND"
 
 
 NS_OWN, NS_OTHER, NS_INVISIBLE = "own", "other", "not visible"
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+_ASCII_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
 @dataclass
@@ -130,22 +133,30 @@ def _csv(cmd: List[str]) -> List[List[str]]:
 
 
 def _int_or_none(text: str) -> Optional[int]:
-    try:
-        return int(float(text))
-    except ValueError:
-        return None
+    """A MiB figure ("900", "900.5"); None for "[N/A]" and anything not plain ASCII."""
+    return int(float(text)) if _ASCII_NUMBER.fullmatch(text) else None
+
+
+def _ascii_int(text: str) -> Optional[int]:
+    """An index or a pid: ASCII digits only (str.isdigit also takes "\u00b2", which int()
+    refuses, and "\u0663", which int() reads as 3)."""
+    return int(text) if _ASCII_DIGITS.fullmatch(text) else None
 
 
 def _query_nvidia_smi(binary: str) -> GpuReport:
     rows = _csv([binary, "--query-gpu=index,uuid,name,memory.used,memory.total",
                  "--format=csv,noheader,nounits"])
-    gpus = {row[1]: Gpu(int(row[0]), row[1], row[2], _int_or_none(row[3]) or 0,
-                        _int_or_none(row[4]) or 0) for row in rows}
+    gpus: Dict[str, Gpu] = {}
+    for row in rows:
+        index = _ascii_int(row[0]) if len(row) >= 5 else None
+        if index is not None:
+            gpus[row[1]] = Gpu(index, row[1], row[2], _int_or_none(row[3]) or 0, _int_or_none(row[4]) or 0)
     apps = _csv([binary, "--query-compute-apps=pid,used_memory,gpu_uuid",
                  "--format=csv,noheader,nounits"])
     for row in apps:
-        if len(row) >= 3 and row[2] in gpus and row[0].isdigit():
-            gpus[row[2]].processes.append(GpuProcess(int(row[0]), _int_or_none(row[1])))
+        pid = _ascii_int(row[0]) if len(row) >= 3 and row[2] in gpus else None
+        if pid is not None:
+            gpus[row[2]].processes.append(GpuProcess(pid, _int_or_none(row[1])))
     return GpuReport("nvidia-smi", sorted(gpus.values(), key=lambda g: g.index))
 
 

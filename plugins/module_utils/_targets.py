@@ -1,7 +1,6 @@
 """Teardown target selection: which processes to stop, each with the reasons it was chosen.
 
-A process becomes a target only for a stated reason (DESIGN.md, "Own what you kill"):
-launch record (main pid, supervisor, process group, session), the instance marker in its
+A process becomes a target only for a stated reason ("own what you kill"): launch record (main pid, supervisor, process group, session), the instance marker in its
 environment, an sglang title / command line, a listener on a managed port, an operator
 pattern, a compute process on a managed GPU (only with foreign_gpu_processes=kill), or being a
 descendant of a target. Protections are applied last and always win: the module's own
@@ -21,7 +20,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _ports, _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import redact_argv
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import describe_cmdline
 
 # Names that must never be signalled: GPU daemons (killing them can hang the GPU), remote
 # access and init. Globs, matched against comm and the basename of argv[0].
@@ -137,14 +136,20 @@ def validate_pattern(text: str, own_cmdlines: Iterable[str]) -> "re.Pattern[str]
     return pattern
 
 
+_GPU_INDEX = re.compile(r"[0-9]+")
+
+
 def validate_gpus(values: Optional[Iterable[object]]) -> Optional[List[int]]:
+    """GPU indexes: ASCII digits only (str.isdigit also takes "\u00b2", which int() refuses, and
+    "\u0663", which int() reads as 3). Spaces around an index ("0, 1" split by Ansible) are fine."""
     if values is None:
         return None
     out: List[int] = []
     for value in values:
-        text = str(value).strip()
-        if not text.isdigit():
-            raise SglangError("GPU index %r is not a non-negative integer" % (value,), reason="bad_gpu")
+        text = str(value).strip(" ") if not isinstance(value, bool) else ""
+        if not _GPU_INDEX.fullmatch(text):
+            raise SglangError("GPU index %r is not a non-negative integer (ASCII digits)" % (value,),
+                              reason="bad_gpus")
         out.append(int(text))
     return sorted(set(out))
 
@@ -244,7 +249,7 @@ class Target:
 
     def to_dict(self) -> Dict[str, object]:
         p = self.proc
-        return {"pid": p.pid, "name": p.comm, "cmdline": " ".join(redact_argv(p.cmdline)) or "[%s]" % p.comm,
+        return {"pid": p.pid, "name": p.comm, "cmdline": describe_cmdline(p.cmdline, p.comm),
                 "user": p.user, "pgid": p.pgid, "sid": p.sid, "start_time": p.start_time,
                 "reasons": list(self.reasons)}
 
@@ -274,8 +279,9 @@ class Selection:
 
 
 def describe(proc: _procs.Proc, **extra: object) -> Dict[str, object]:
+    # the one describer (_redact): secrets masked after flags and inside one-string titles
     out: Dict[str, object] = {"pid": proc.pid, "name": proc.comm, "user": proc.user,
-                              "cmdline": " ".join(redact_argv(proc.cmdline)) or "[%s]" % proc.comm}
+                              "cmdline": describe_cmdline(proc.cmdline, proc.comm)}
     out.update(extra)
     return out
 

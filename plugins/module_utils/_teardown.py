@@ -273,6 +273,17 @@ def _deliver(steps: List[SignalStep], handles: Dict[int, _pidfd.Handle], sig: in
     return sent
 
 
+def _continue(sent: List[Dict[str, object]], handles: Dict[int, _pidfd.Handle],
+              errors: List[str]) -> List[Dict[str, object]]:
+    """SIGCONT right after SIGTERM to the processes it reached, as systemd does: a stopped
+    (SIGSTOP, job control) process cannot run its SIGTERM handler, its graceful shutdown, until
+    it is continued; a running one ignores SIGCONT. Without it a stopped server sat out the whole
+    grace period and was SIGKILLed."""
+    steps = [SignalStep(str(s["kind"]), int(s["id"]), list(s["pids"]))  # type: ignore[call-overload]
+             for s in sent if s["signal"] == "SIGTERM"]
+    return _deliver(steps, handles, signal.SIGCONT, errors)
+
+
 def _wait_gone(handles: Dict[int, _pidfd.Handle], pending: Set[int], deadline: float, ended: Dict[int, str],
                label: str) -> None:
     """Until every pending target has exited or the deadline; pidfds wake the wait on exit."""
@@ -483,12 +494,13 @@ def _execute(plan: Plan, opts: Options) -> Dict[str, object]:
 
     t = time.monotonic()
     if pending:
-        signals += _deliver(plan.steps, handles, signal.SIGTERM, errors)
+        sent = _deliver(plan.steps, handles, signal.SIGTERM, errors)
+        signals += sent + _continue(sent, handles, errors)
         new = _adopt(plan, targets, handles)
         if new:
             pending.update(new)
-            signals += _deliver([SignalStep("pid", pid, [pid]) for pid in sorted(new)], handles,
-                                signal.SIGTERM, errors)
+            sent = _deliver([SignalStep("pid", pid, [pid]) for pid in sorted(new)], handles, signal.SIGTERM, errors)
+            signals += sent + _continue(sent, handles, errors)
         _wait_gone(handles, pending, t + opts.grace_period, ended, "SIGTERM")
     timings["term"] = round(time.monotonic() - t, 3)
 

@@ -36,8 +36,9 @@ description:
     not listed by NVML are only reported (the fuser view says "uses CUDA", not "uses GPU N").
   - Takes a pidfd on every target when planning (start time verified right after) and sends
     every signal through it, so a pid recycled between plan and signal never receives one (where
-    pidfds are unavailable, a start-time check immediately before kill). Sends SIGTERM, waits up
-    to O(grace_period), sends SIGKILL to what remains, and waits for exit (a zombie counts as
+    pidfds are unavailable, a start-time check immediately before kill). Sends SIGTERM, then
+    SIGCONT to the same processes (a stopped process cannot run its SIGTERM handler until it is
+    continued; a running one ignores SIGCONT), waits up to O(grace_period), sends SIGKILL to what remains, and waits for exit (a zombie counts as
     gone). Processes that appear under a target meanwhile join only if they pass the same rules
     as planned targets; a process the plan spared is never taken later. Then verifies within O(timeout) that no target is alive, no listener
     is left on O(ports) and the GPU backend lists no target on the managed GPUs.
@@ -201,11 +202,13 @@ killed:
 signals:
   description:
     - Signals sent (in check mode, the SIGTERMs that would be sent), each to the listed pids through their pidfds.
+      Every SIGTERM is followed by a SIGCONT to the pids it reached (so that stopped processes can honour it).
       C(kind) is C(group) when every member of that process group is a target, else C(pid).
   returned: always
   type: list
   elements: dict
-  sample: [{"signal": "SIGTERM", "kind": "group", "id": 4242, "pids": [4242, 4243]}]
+  sample: [{"signal": "SIGTERM", "kind": "group", "id": 4242, "pids": [4242, 4243]},
+           {"signal": "SIGCONT", "kind": "group", "id": 4242, "pids": [4242, 4243]}]
 survivors:
   description: Targets still alive after SIGKILL and O(timeout) (the task fails).
   returned: always
@@ -300,7 +303,7 @@ timings:
   type: dict
   sample: {"plan": 0.04, "term": 0.35, "kill": 0.0, "verify": 0.0, "cleanup": 0.01}
 reason:
-  description: On failure, a machine-readable code (bad_pattern, bad_port, bad_gpu, bad_name, bad_option,
+  description: On failure, a machine-readable code (bad_pattern, bad_port, bad_gpus, bad_name, bad_option,
     bad_protect, bad_purge_path, unsafe_purge_path, empty_scope, scope_conflict, foreign_gpu_processes, locked,
     survivors, d_state, signal_failed, port_still_held, gpu_not_released, unsupported).
   returned: failure

@@ -179,7 +179,8 @@ def test_two_instances_tearing_down_one_leaves_the_other(spawn, emulator_python,
     ({"patterns": [""]}, "bad_pattern"),
     ({"patterns": ["sglang_teardown"]}, "bad_pattern"),
     ({"ports": [70000]}, "bad_port"),
-    ({"gpus": ["x"]}, "bad_gpu"),
+    ({"gpus": ["x"]}, "bad_gpus"),
+    ({"gpus": ["\u00b2"]}, "bad_gpus"),
     ({"grace_period": -1}, "bad_option"),
     ({"timeout": -3}, "bad_option"),
     ({"name": "../etc"}, "bad_name"),
@@ -195,6 +196,21 @@ def test_bad_inputs_fail_before_any_signal(args, reason, tmp_path, uname):
     assert res.get("failed") and res["reason"] == reason, res
     assert "Traceback" not in res["_stderr"]
     assert not os.path.exists(tmp_path / "s")
+
+
+def test_non_ascii_gpu_index_fails_cleanly_and_stops_nothing(spawn, tmp_path):
+    # "\u00b2".isdigit() is True: the old check let it through to int() (internal_error)
+    token = "zz%s" % uuid.uuid4().hex[:8]
+    fake = str(tmp_path / token)
+    shutil.copy(shutil.which("sleep"), fake)
+    proc = spawn.start([fake, "120"])
+    res = run_module("sglang_teardown", {"patterns": [token + " 120"], "gpus": ["\u00b2"], "gpu_backend": "none",
+                                         "sglang_processes": False, "shm_cleanup": False,
+                                         "state_dir": str(tmp_path / "s")})
+    assert res["_rc"] != 0 and res.get("failed") and res["reason"] == "bad_gpus", res
+    assert "\\xb2" in res["msg"] or "\u00b2" in res["msg"], res["msg"]
+    assert "Traceback" not in res["_stderr"] and not res.get("killed")
+    assert proc.poll() is None and _procs.is_alive(proc.pid)
 
 
 def test_protect_conflicting_with_pattern_is_refused(spawn, tmp_path, uname):

@@ -51,3 +51,25 @@ def test_nvml_memory_v2_matches_nvidia_smi_and_v1_falls_back(monkeypatch, with_v
 def test_forced_backend_none_reports_a_note(monkeypatch):
     report = _gpus.query_gpus("none")
     assert report.backend == "none" and report.gpus == [] and "disabled" in report.note
+
+
+def _fake_smi(tmp_path, monkeypatch, gpu_rows, app_rows) -> None:
+    import os
+    import stat
+    fake = tmp_path / "nvidia-smi"
+    echo = lambda rows: "; ".join("printf '%%s\\n' '%s'" % r for r in rows) or "true"
+    fake.write_text("#!/bin/sh\ncase \"$1\" in\n--query-gpu*) %s;;\n--query-compute-apps*) %s;;\nesac\n"
+                    % (echo(gpu_rows), echo(app_rows)), encoding="utf-8")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", str(tmp_path) + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+
+
+def test_nvidia_smi_rows_with_non_ascii_digits_are_skipped(tmp_path, monkeypatch):
+    # str.isdigit accepts "\u00b2" (int() then raised out of query_gpus, which must never raise)
+    # and "\u0663" (read as pid 3): only ASCII digits are a pid or an index.
+    _fake_smi(tmp_path, monkeypatch, ["0, GPU-a, NVIDIA H200, 10, 143771", "\u00b9, GPU-b, NVIDIA H200, 0, 143771"],
+              ["4242, 900, GPU-a", "\u00b2, 5, GPU-a", "\u0663, 5, GPU-a", "[N/A], [N/A], GPU-a"])
+    report = _gpus.query_gpus("nvidia-smi")
+    assert report.backend == "nvidia-smi" and [g.index for g in report.gpus] == [0]
+    assert report.pids_on() == {4242: {0: 900}}

@@ -8,8 +8,10 @@ import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _ports, _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import MASK
 from ansible_collections.llmops.sglang.plugins.module_utils._targets import (
-    InstanceFiles, OpenFiles, Scope, World, attribute, build_scope, protected_by, select, validate_pattern)
+    InstanceFiles, OpenFiles, Scope, World, attribute, build_scope, describe, protected_by, select,
+    validate_gpus, validate_pattern)
 
 UID = 1000
 OWN_CMD = ["/venv/bin/python", "-m", "ansible_collections.llmops.sglang.plugins.modules.sglang_teardown", "/tmp/a.json"]
@@ -207,7 +209,8 @@ def test_bad_patterns_refused(bad):
 
 @pytest.mark.parametrize("kw,reason", [
     (dict(ports=[0]), "bad_port"), (dict(ports=[70000]), "bad_port"), (dict(ports=["http"]), "bad_port"),
-    (dict(gpus=["-1"]), "bad_gpu"), (dict(gpus=["x"]), "bad_gpu"), (dict(name="../x"), "bad_name"),
+    (dict(gpus=["-1"]), "bad_gpus"), (dict(gpus=["x"]), "bad_gpus"), (dict(gpus=["\u00b2"]), "bad_gpus"),
+    (dict(gpus=["\u0663"]), "bad_gpus"), (dict(gpus=["1\n"]), "bad_gpus"), (dict(name="../x"), "bad_name"),
     (dict(sglang_processes=False), "empty_scope"), (dict(protect=[""]), "bad_protect"),
     (dict(foreign_gpu_processes="maybe"), "bad_option"),
 ])
@@ -279,3 +282,36 @@ def test_other_pid_namespace_never_a_target_unless_the_record_names_it():
     sel = select(scope(name="mine", state_dir="/state", sglang_processes=False), w, record)
     assert set(sel.targets) == {10}          # named by the record; its container child is not
     assert {o["pid"] for o in sel.other_namespaces} == {11}
+
+
+@pytest.mark.parametrize("bad", ["\u00b2", "\u0663", "1\u00b2", "\uff11", "1\n", "-1", "1.0", "", True])
+def test_gpu_indexes_are_ascii_digits_only(bad):
+    # str.isdigit accepts superscripts and other scripts' digits: "\u00b2" ended in int() raising
+    # (internal_error) and "\u0663" was silently read as GPU 3.
+    with pytest.raises(SglangError) as err:
+        validate_gpus([bad])
+    assert err.value.details["reason"] == "bad_gpus" and repr(bad) in err.value.msg
+
+
+def test_gpu_indexes_ascii():
+    assert validate_gpus([3, "1", " 2 ", 1]) == [1, 2, 3] and validate_gpus(None) is None
+
+
+SECRET = "zzSECRETzz"
+
+
+@pytest.mark.parametrize("argv", [
+    ["srv --api-key %s --port 1" % SECRET],                       # one-string title (setproctitle)
+    ["srv --token=%s" % SECRET],
+    ["/venv/bin/python", "-m", "srv", "--hf-token", SECRET],
+    ["/venv/bin/python", "-m", "srv", "--token", SECRET],
+])
+def test_process_descriptions_mask_secrets_in_titles_and_token_flags(argv):
+    target = P(50, 1, argv + ["zzdesc"], comm="python")
+    other = P(51, 1, argv + ["zzdesc"], comm="python", uid=0)      # another user's: spared
+    sel = select(scope(patterns=["zzdesc"], sglang_processes=False), world([target, other]))
+    assert set(sel.targets) == {50} and [s["pid"] for s in sel.spared] == [51]
+    shown = [sel.targets[50].to_dict()["cmdline"], sel.spared[0]["cmdline"], describe(target)["cmdline"]]
+    for text in shown:
+        assert SECRET not in text and MASK in text, text
+    assert describe(P(52, 2, [], comm="kworker/0:1"))["cmdline"] == "[kworker/0:1]"

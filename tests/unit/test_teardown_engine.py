@@ -157,3 +157,29 @@ def test_without_pidfds_the_start_time_check_guards_each_kill(monkeypatch, tmp_p
     assert not result.get("failed"), result
     assert {k["signal"] for k in result["killed"]} == {"SIGTERM"}
     proc.wait(timeout=5)
+
+
+STOPPABLE = ("import signal, sys, time\n"
+             "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+             "print('ready', flush=True)\n"
+             "time.sleep(120)\n")
+
+
+def test_a_stopped_target_is_continued_so_it_can_honour_sigterm(tmp_path, started, token):
+    # A SIGTERM handler cannot run in a stopped process: without SIGCONT it sat out the whole
+    # grace period and was SIGKILLed.
+    proc = subprocess.Popen([sys.executable, "-c", STOPPABLE, token], start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    started.append(proc)
+    assert proc.stdout.readline().strip() == b"ready"
+    os.kill(proc.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (_procs.read_proc(proc.pid) or _procs.Proc(0, 0, 0, 0, "", "?", 0, 0.0)).state != "T":
+        time.sleep(0.02)
+    assert _procs.read_proc(proc.pid).state == "T"
+    opts = _teardown.Options(grace_period=15, timeout=5, shm_dir=str(tmp_path), gpu_backend="none")
+    result = _teardown.execute(_teardown.make_plan(scope_for(token), opts), opts)
+    assert not result.get("failed"), result
+    assert [(k["pid"], k["signal"]) for k in result["killed"]] == [(proc.pid, "SIGTERM")], result["killed"]
+    assert proc.wait(timeout=5) == 0          # its own handler ended it
+    assert [s["signal"] for s in result["signals"]] == ["SIGTERM", "SIGCONT"]
