@@ -49,6 +49,11 @@ description:
     following symlinks, checked, and emptied through that descriptor.
   - Holds the per-instance lock while acting, so a launch and a teardown of one instance never
     interleave.
+requirements:
+  - Linux (C(/proc)).
+  - psutil (5.9 or later) for the Python that runs the module (SGLang's venv has it). Without it
+    the module fails with reason V(missing_library), naming an interpreter on the host that has
+    it when there is one (see RV(interpreter_with_libraries)).
 version_added: "0.1.0"
 author:
   - llmops.sglang contributors (@llmops)
@@ -303,10 +308,29 @@ timings:
   type: dict
   sample: {"plan": 0.04, "term": 0.35, "kill": 0.0, "verify": 0.0, "cleanup": 0.01}
 reason:
-  description: On failure, a machine-readable code (bad_pattern, bad_port, bad_gpus, bad_name, bad_option,
-    bad_protect, bad_purge_path, unsafe_purge_path, empty_scope, scope_conflict, foreign_gpu_processes, locked,
-    survivors, d_state, signal_failed, port_still_held, gpu_not_released, unsupported).
+  description: On failure, a machine-readable code set where the error was found (bad_pattern, bad_port,
+    bad_gpus, bad_name, bad_option, bad_protect, bad_purge_path, unsafe_purge_path, empty_scope, scope_conflict,
+    foreign_gpu_processes, locked, survivors, d_state, signal_failed, port_still_held, gpu_not_released,
+    unsupported, missing_library; for an operating-system error no_space, permission_denied, read_only_fs,
+    not_found or io_error, with RV(path); internal_error for a bug, with the traceback in C(exception)).
   returned: failure
+  type: str
+path:
+  description: The file an operating-system error is about.
+  returned: when an operating-system error ended the module
+  type: str
+missing_libraries:
+  description: The Python libraries the module's interpreter could not import.
+  returned: when reason is missing_library
+  type: list
+  elements: str
+  sample: [psutil]
+interpreter_with_libraries:
+  description:
+    - An interpreter on the host that imports psutil and requests (run only when nobody but root
+      or the module's user can replace it), to pass as C(ansible_python_interpreter); null when
+      none was found.
+  returned: when reason is missing_library
   type: str
 """
 
@@ -316,11 +340,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _record
+from ansible_collections.llmops.sglang.plugins.module_utils import _deps, _exit, _record, _teardown
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._lock import instance_lock
 from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
-from ansible_collections.llmops.sglang.plugins.module_utils import _teardown
 
 
 def _own_cmdlines() -> list:
@@ -333,7 +356,9 @@ def _own_cmdlines() -> list:
     return [" ".join(argv), "\0".join(argv)]
 
 
-def _run(module: AnsibleModule) -> None:
+def _body(module: AnsibleModule) -> dict:
+    """Validate, plan, act; a failed teardown is raised with the reason the engine set where it
+    found the failure, and its whole result as details (_exit.run ends the module)."""
     p = module.params
     if not os.path.isdir("/proc/self"):
         raise SglangError("sglang_teardown needs Linux /proc", reason="unsupported")
@@ -371,9 +396,8 @@ def _run(module: AnsibleModule) -> None:
     else:
         result = act()
     if result.pop("failed", False):
-        msg = result.pop("msg")
-        module.fail_json(msg=msg, **result)
-    module.exit_json(**result)
+        raise SglangError(result.pop("msg"), **result)
+    return result
 
 
 def main() -> None:
@@ -397,15 +421,8 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    try:
-        _run(module)
-    except SglangError as exc:
-        details = dict(exc.details)
-        details.setdefault("reason", "error")
-        module.fail_json(msg=exc.msg, **details)
-    except Exception as exc:  # last resort: a precise message, never a traceback
-        module.fail_json(msg="sglang_teardown failed unexpectedly: %s: %s" % (type(exc).__name__, exc),
-                         reason="internal_error")
+    _deps.require(module, ["psutil"])
+    _exit.run(module, _body, "sglang_teardown")
 
 
 if __name__ == "__main__":

@@ -213,6 +213,52 @@ def test_non_ascii_gpu_index_fails_cleanly_and_stops_nothing(spawn, tmp_path):
     assert proc.poll() is None and _procs.is_alive(proc.pid)
 
 
+def test_os_errors_end_through_the_one_exit_path(tmp_path, uname):
+    # An OSError from the engine is named after its path with its errno's reason (the module's own
+    # try/except turned it into internal_error); results pass the one redaction (_exit.run).
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import errno\n"
+        "from ansible_collections.llmops.sglang.plugins.module_utils import _teardown\n"
+        "def make_plan(*a, **k):\n"
+        "    raise OSError(errno.ENOSPC, 'No space left on device', '/full/state/x.json')\n"
+        "_teardown.make_plan = make_plan\n")
+    from helpers.fixtures import COLLECTIONS
+    res = run_module("sglang_teardown", {"name": uname, "state_dir": str(tmp_path / "s"), "gpus": [],
+                                         "gpu_backend": "none", "sglang_processes": False, "shm_cleanup": False},
+                     check_mode=True, env={"PYTHONPATH": "%s:%s" % (hook, COLLECTIONS)})
+    assert res.get("failed") and res["reason"] == "no_space" and res["path"] == "/full/state/x.json", res
+    assert "/full/state/x.json: No space left on device" in res["msg"] and "unexpectedly" not in res["msg"]
+
+
+def test_without_psutil_the_module_names_what_is_missing(spawn, tmp_path, uname):
+    # psutil is the process layer: an interpreter without it fails with Ansible's
+    # missing_required_lib message (reason missing_library) before anything is looked at.
+    hook = tmp_path / "nopsutil"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class _Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'psutil' or name.startswith('psutil.'):\n"
+        "            raise ImportError('No module named psutil (blocked by the test)')\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, _Block())\n")
+    token = "zz%s" % uuid.uuid4().hex[:8]
+    fake = str(tmp_path / token)
+    shutil.copy(shutil.which("sleep"), fake)
+    proc = spawn.start([fake, "120"])
+    from helpers.fixtures import COLLECTIONS
+    res = run_module("sglang_teardown", {"patterns": [token + " 120"], "gpus": [], "gpu_backend": "none",
+                                         "sglang_processes": False, "shm_cleanup": False,
+                                         "state_dir": str(tmp_path / "s")},
+                     env={"PYTHONPATH": "%s:%s" % (hook, COLLECTIONS)})
+    assert res.get("failed") and res["reason"] == "missing_library", res
+    assert res["missing_libraries"] == ["psutil"] and "psutil" in res["msg"]
+    assert "Traceback" not in res["_stderr"] and proc.poll() is None
+
+
 def test_protect_conflicting_with_pattern_is_refused(spawn, tmp_path, uname):
     token = "zz%s" % uuid.uuid4().hex[:8]
     fake = str(tmp_path / "myagent")
