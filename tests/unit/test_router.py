@@ -340,3 +340,16 @@ def test_legacy_capacity_uses_the_routers_healthy_count() -> None:
         _router.ensure(client(fake), opts(worker_url=W1, state="absent"))
     assert err.value.details["reason"] == "last_healthy_worker"
     assert fake.writes() == []
+
+
+# -- the module on a host without requests ------------------------------------------------------------
+def test_module_names_the_missing_library(tmp_path) -> None:
+    from helpers.fixtures import COLLECTIONS, run_module
+
+    stub = tmp_path / "stub" / "requests"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("raise ImportError('No module named requests')\n")
+    out = run_module("sglang_router", {"router_url": ROUTER},
+                     env={"PYTHONPATH": "%s:%s" % (tmp_path / "stub", COLLECTIONS)})
+    assert out["failed"] and out["reason"] == "missing_library", out
+    assert "requests" in out["msg"] and "Traceback" not in out["msg"]
