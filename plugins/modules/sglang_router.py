@@ -41,7 +41,7 @@ options:
     required: true
   api_key:
     description:
-      - Sent as C(Authorization: Bearer ...) to the router (a control-plane key where the router
+      - Sent as an C(Authorization) bearer token to the router (a control-plane key where the router
         protects its worker API). Never returned.
     type: str
   worker_url:

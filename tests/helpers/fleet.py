@@ -108,9 +108,11 @@ class Fleet:
 
     # -- playbooks ------------------------------------------------------------------------------
     def play(self, playbook: str, extra: Optional[Dict[str, Any]] = None, inventory: Optional[str] = None,
-             timeout: float = 900) -> subprocess.CompletedProcess:
+             timeout: float = 900, check: bool = False) -> subprocess.CompletedProcess:
         argv = [PLAYBOOK, "-i", inventory or self.inventory, os.path.join(ROOT, "playbooks", playbook),
                 "-e", json.dumps(dict({"sglang_hosts": "fleet"}, **(extra or {})))]
+        if check:
+            argv += ["--check", "--diff"]
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                    ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=os.path.join(self.workdir, "ansible-tmp"),
                    ANSIBLE_REMOTE_TEMP=os.path.join(self.workdir, "ansible-tmp"))
