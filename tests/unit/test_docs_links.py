@@ -102,8 +102,8 @@ def repo_path(token: str) -> str:
 
 def exists(path: str) -> bool:
     """The path exists; for a pytest node id (file::test, file::Class::test) the test does too."""
-    path, _, node = path.partition("::")
-    if node:
+    if "::" in path:
+        path, node = path.split("::", 1)
         return exists(path) and node_defined(path, node)
     if any((path.rstrip("/") + "/").startswith(prefix) for prefix in RUNTIME_PREFIXES):
         return True
