@@ -251,7 +251,9 @@ def stop(record: Optional[Dict[str, Any]], grace_period: float, deadline: float)
 
     Returns: containment, cgroup, changed (a process was signalled), members (pid, name, user,
     cmdline, ended: SIGTERM | SIGKILL | alive), killed_with, empty, removed, survivors, notes,
-    timings (seconds: term, kill, remove, total). An empty or missing cgroup is changed=false."""
+    timings (seconds: signal = finding, pinning and SIGTERMing the members; term = until empty or
+    the grace period's end, signal included; kill; remove; total). An empty or missing cgroup is
+    changed=false."""
     t0 = time.monotonic()
     result: Dict[str, Any] = {"containment": record.get("containment", "none") if record else "none",
                               "cgroup": None, "changed": False, "members": [], "killed_with": None, "empty": True,
@@ -267,6 +269,7 @@ def stop(record: Optional[Dict[str, Any]], grace_period: float, deadline: float)
         info = {pid: _describe(pid) for pid in handles}
         sent = _send(handles, list(handles), signal.SIGTERM)
         _continue_stopped(handles, sent)
+        t_sent = time.monotonic()
         empty = _grace(path, handles, info, sent, min(t0 + max(grace_period, 0.0), deadline))
         # populated 0 is set in the kernel's exit path just before a process becomes a zombie
         # (when its pidfd turns readable): once empty, every member has ended
@@ -295,6 +298,6 @@ def stop(record: Optional[Dict[str, Any]], grace_period: float, deadline: float)
         changed=bool(sent or result["killed_with"]),
         members=[dict(info[pid], ended=ended[pid]) for pid in sorted(info)],
         empty=empty, removed=removed, survivors=[_describe(pid) for pid in survivors],
-        timings={"term": round(t1 - t0, 4), "kill": round(t2 - t1, 4), "remove": round(t3 - t2, 4),
-                 "total": round(t3 - t0, 4)})
+        timings={"signal": round(t_sent - t0, 4), "term": round(t1 - t0, 4), "kill": round(t2 - t1, 4),
+                 "remove": round(t3 - t2, 4), "total": round(t3 - t0, 4)})
     return result
