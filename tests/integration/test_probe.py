@@ -1,8 +1,11 @@
 """sglang_probe against the emulator venv, a venv without sglang and the system python."""
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -26,15 +29,35 @@ def _probe(args, tmp_path, **kw):
     return run_module("sglang_probe", base, **kw)
 
 
-def test_emulator_venv_interpreter(emulator_python, tmp_path):
+def _copy_of_venv(venv: str, dest):
+    """Another venv with the same sglang: a fresh venv (no pip) with the installed packages copied."""
+    subprocess.run([os.path.join(venv, "bin", "python"), "-m", "venv", "--without-pip", str(dest)], check=True)
+    src = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages"))[0]
+    dst = glob.glob(os.path.join(str(dest), "lib", "python3*", "site-packages"))[0]
+    for entry in os.listdir(src):
+        if entry.startswith(("sglang", "setproctitle")):
+            shutil.copytree(os.path.join(src, entry), os.path.join(dst, entry), symlinks=True)
+    return dest
+
+
+def test_emulator_venv_interpreter(emulator_python, spawn, tmp_path):
+    """What the probe says about the venv it was asked about does not depend on other sglang
+    servers running on the machine (here one from another venv, as another user's would be)."""
     venv = os.path.dirname(os.path.dirname(emulator_python))
+    other = _copy_of_venv(venv, tmp_path / "other-venv")
+    port = free_port()
+    spawn.start([str(other / "bin" / "python"), "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)],
+                env={"SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}, log_path=str(tmp_path / "other.log"))
+    assert wait_for(lambda: _http.request("127.0.0.1", port, "/health", timeout=1).status == 200, 30)
     res = _probe({"venv": venv, "search_paths": [venv]}, tmp_path, check_mode=True)
     assert res["_rc"] == 0 and res["changed"] is False, res
     interp = res["interpreter"]
     assert interp["path"] == os.path.join(venv, "bin", "python") and interp["is_venv"]
     assert interp["sglang_installed"] and interp["sglang_version"].startswith("0.5.23")
     assert interp["entrypoints"]["launch_server"] is True
-    assert [i["venv"] for i in res["interpreters"]] == [venv]
+    # the asked search path holds one install; installs that running servers use (any on this
+    # machine, not only the one started here) may come on top
+    assert [i["venv"] for i in res["interpreters"]].count(venv) == 1, res["interpreters"]
     assert "flags" not in res
 
 
