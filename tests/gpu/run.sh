@@ -11,13 +11,16 @@
 #    GPUVAL_EMU_VENV=<venv with the emulator>;
 # 2. tests/gpu/validate.py: restart_extraction.yml / teardown.yml / the probe against localhost,
 #    tp 8 over the GPUs in the emulator's GPU mode, with PASS/FAIL per check;
-# 3. results in $OUT (default /tmp/llmops-gpuval/out); exit 1 when any check FAILed.
+# 3. results in $OUT (default $GPUVAL_WORK/out, GPUVAL_WORK a fresh mktemp -d); exit 1 when any
+#    check FAILed.
 # Everything it starts is killed at exit (process groups it noted, every process carrying the
 # instance's state dir marker, the launch record's group); nothing else is touched.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-export GPUVAL_WORK="${GPUVAL_WORK:-/tmp/llmops-gpuval}"
+# The work dir (state, logs, venvs) runs code as root: a fresh private 0700 directory, never a
+# predictable path another local user could create first.
+export GPUVAL_WORK="${GPUVAL_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/llmops-gpuval.XXXXXXXX")}"
 work="$GPUVAL_WORK"
 export OUT="${OUT:-$work/out}"
 mode="${GPU_DRYRUN:-}"
@@ -65,8 +68,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' INT TERM
 
-rm -rf "$work"
-mkdir -p "$work" "$OUT"
+mkdir -p -m 0700 "$work"
+mkdir -p "$OUT"
 say "mode $mode, work $work, out $OUT, python3 $(python3 -V 2>&1)"
 if [ "$mode" = real ]; then
   command -v nvidia-smi >/dev/null || { echo "run.sh: nvidia-smi not found (GPU_DRYRUN=fake rehearses without GPUs)" >&2; exit 2; }
