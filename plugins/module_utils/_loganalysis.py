@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import re
 import time
-from typing import Any, Deque, Dict, List, Optional, Pattern, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Pattern, Sequence, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _logpatterns as lp
 
@@ -62,6 +62,7 @@ class LogAnalyzer:
         self._benign_message = False
         self._benign_traceback = False
         self._traceback_at: Optional[int] = None  # first line of the open traceback
+        self._kept: Dict[int, str] = {}  # restored lines older than the window's contiguous part
 
     # -- time ----------------------------------------------------------------------------------
     def _seconds(self, line: str, now: float) -> float:
@@ -166,9 +167,12 @@ class LogAnalyzer:
         return [entry[1] for entry in list(self.window)[-n:]]
 
     def _at(self, index: int) -> Optional[str]:
-        first = self.window[0][0] if self.window else 0
-        pos = index - first
-        return self.window[pos][1] if 0 <= pos < len(self.window) else None
+        if self.window:
+            pos = index - self.window[0][0]
+            if 0 <= pos < len(self.window):
+                return self.window[pos][1]
+        # Lines kept by a resumed analyzer around old fatal lines, within the same window.
+        return self._kept.get(index) if index >= self.count - WINDOW_LINES else None
 
     def explaining(self) -> List[Tuple[int, str]]:
         """The fatal lines that explain a failure: from the first decisive one on; else those
@@ -232,3 +236,74 @@ class LogAnalyzer:
             head = limit // 4
             out = out[:head] + ["... (%d lines omitted)" % (len(out) - limit + 1)] + out[-(limit - head - 1):]
         return out
+
+    # -- resuming in another process (a sliced wait) -------------------------------------------
+    def _kept_fatal(self) -> List[Tuple[int, str]]:
+        """The fatal lines `explaining()` can still pick, whatever comes next: the first few
+        overall, after the ready line, and from the first decisive line on."""
+        picks: Dict[int, str] = dict(self.fatal[:EXPLAIN_MAX])
+        if self.ready_index is not None:
+            picks.update([f for f in self.fatal if f[0] > self.ready_index][:EXPLAIN_MAX])
+        if self.decisive:
+            picks.update([f for f in self.fatal if f[0] >= self.decisive[0][0]][:EXPLAIN_MAX])
+        return sorted(picks.items())
+
+    def _kept_lines(self, fatal: Sequence[Tuple[int, str]]) -> List[Tuple[int, str]]:
+        """The lines any later answer can show: the recent ones (a later fatal line looks back
+        that far for its traceback; the tail) and those around each fatal line kept."""
+        floor = self.count - WINDOW_LINES
+        wanted = set(range(max(floor, self.count - TRACEBACK_LOOKBACK - 1), self.count))
+        for index, _line in fatal:
+            wanted.update(range(max(floor, index - TRACEBACK_LOOKBACK), min(self.count, index + TRACEBACK_LOOKBACK + 1)))
+        out = []
+        for index in sorted(wanted):
+            line = self._at(index)
+            if line is not None:
+                out.append((index, line))
+        return out
+
+    def snapshot(self, clean: Callable[[str], str] = lambda text: text) -> Dict[str, Any]:
+        """Plain data from which `restore()` answers exactly as this analyzer would; bounded
+        (the lines that can still be shown, not the whole window). `clean` redacts text."""
+        fatal = self._kept_fatal()
+
+        def pairs(items: Sequence[Tuple[int, str]]) -> List[List[Any]]:
+            return [[index, clean(line)] for index, line in items]
+
+        def text(value: Optional[str]) -> Optional[str]:
+            return clean(value) if value is not None else None
+
+        return {
+            "count": self.count, "lines": pairs(self._kept_lines(fatal)),
+            "timeline": [dict(t, line=clean(t["line"])) for t in self.timeline],
+            "seen_phases": sorted(self.seen_phases),
+            "ready_line": text(self.ready_line), "ready_index": self.ready_index,
+            "uvicorn_line": text(self.uvicorn_line), "other_uvicorn": text(self.other_uvicorn),
+            "bind_error": text(self.bind_error), "fatal": pairs(fatal),
+            "decisive": pairs(self.decisive[:EXPLAIN_MAX]), "past_start": self.past_start,
+            "benign_message": self._benign_message, "benign_traceback": self._benign_traceback,
+            "traceback_at": self._traceback_at,
+        }
+
+    def restore(self, state: Dict[str, Any]) -> None:
+        """Continue from `snapshot()`: the next line fed gets the next index."""
+        self.count = int(state["count"])
+        lines = [(int(i), str(line)) for i, line in state.get("lines") or []]
+        # The contiguous run that ends at the last line is the window; older lines are kept aside.
+        start = max(0, len(lines) - 1)
+        while start > 0 and lines[start - 1][0] == lines[start][0] - 1:
+            start -= 1
+        self.window.clear()
+        self.window.extend(lines[start:])
+        self._kept = dict(lines[:start])
+        self.timeline = [dict(t) for t in state.get("timeline") or []]
+        self.seen_phases = set(state.get("seen_phases") or [])
+        self.ready_line, self.ready_index = state.get("ready_line"), state.get("ready_index")
+        self.uvicorn_line, self.other_uvicorn = state.get("uvicorn_line"), state.get("other_uvicorn")
+        self.bind_error = state.get("bind_error")
+        self.fatal = [(int(i), str(line)) for i, line in state.get("fatal") or []]
+        self.decisive = [(int(i), str(line)) for i, line in state.get("decisive") or []]
+        self.past_start = bool(state.get("past_start"))
+        self._benign_message = bool(state.get("benign_message"))
+        self._benign_traceback = bool(state.get("benign_traceback"))
+        self._traceback_at = state.get("traceback_at")

@@ -19,10 +19,12 @@ ready line) and then new lines (`seek_near_end`): a long-running server's old li
 """
 from __future__ import annotations
 
+import base64
 import os
+import re
 import stat
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
@@ -31,6 +33,7 @@ MAX_READ_PER_POLL = 4 * 1024 * 1024
 # A "line" without a newline for this long (a progress bar gone wild) is emitted in pieces.
 MAX_LINE = 64 * 1024
 HEAD_CHUNK = 64 * 1024
+_LINE_ENDS = re.compile(rb"[\r\n]")
 
 _KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
           (stat.S_ISDIR, "directory"), (stat.S_ISSOCK, "socket"))
@@ -89,6 +92,7 @@ class LogFollower:
         self.bytes_read = 0
         self._fh: Optional[BinaryIO] = None
         self._previous: Optional[BinaryIO] = None  # the rotated-away file, still drained
+        self._prev_ident: Optional[Tuple[int, int]] = None
         self._ident: Optional[Tuple[int, int]] = None  # (st_dev, st_ino) of the open file
         self._pos = 0
         self._partial = b""
@@ -242,6 +246,7 @@ class LogFollower:
         if self._previous is not None:
             self._previous.close()
         self._previous, self._fh = self._fh, None
+        self._prev_ident = self._ident
         self._missing_noted = False
         if self._open(first=False):
             self._note("rotated", "%s was replaced (new inode): following the new file from 0"
@@ -250,12 +255,11 @@ class LogFollower:
 
     def _split(self, data: bytes, final: bool) -> List[str]:
         buf = self._partial + data
-        complete, sep, self._partial = buf.rpartition(b"\n")
-        lines: List[bytes] = []
-        if sep:
-            for raw in complete.split(b"\n"):
-                # tqdm redraws with \r: each redraw is a line of its own (and \r\n is one end).
-                lines.extend(seg for seg in raw.split(b"\r") if seg)
+        # tqdm redraws with \r and writes no \n until the bar closes: each redraw is a line of
+        # its own as soon as the next \r arrives (so progress is seen live), and \r\n is one end.
+        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
+        complete, self._partial = buf[:cut + 1], buf[cut + 1:]
+        lines: List[bytes] = [seg for seg in _LINE_ENDS.split(complete) if seg]
         while len(self._partial) > MAX_LINE:
             lines.append(self._partial[:MAX_LINE])
             self._partial = self._partial[MAX_LINE:]
@@ -269,3 +273,100 @@ class LogFollower:
 
     def _flush(self) -> List[str]:
         return [line.decode("utf-8", "replace") for line in self._flush_bytes()]
+
+    # -- resuming in another process (a sliced wait) -------------------------------------------
+    def pending_text(self) -> str:
+        """The text read after the last line end: the redraw a tqdm bar shows right now. For
+        progress only: it becomes a line, and is analysed, once its end arrives."""
+        return self._partial.decode("utf-8", "replace")
+
+    def snapshot(self) -> Dict[str, Any]:
+        """Everything another process needs to go on exactly where this one stopped."""
+        prev_pos = self._previous.tell() if self._previous is not None else None
+        return {
+            "path": self.path, "offset": self.offset, "pos": self._pos,
+            "ident": list(self._ident) if self._ident else None,
+            "open": self._fh is not None,
+            "prev_ident": list(self._prev_ident) if self._previous is not None and self._prev_ident else None,
+            "prev_pos": prev_pos,
+            "partial": base64.b64encode(self._partial).decode("ascii"),
+            "truncated": self.truncated, "bytes_read": self.bytes_read,
+            "events": [e.to_dict() for e in self.events],
+            "missing_noted": self._missing_noted, "opened_once": self._opened_once,
+        }
+
+    @classmethod
+    def restore(cls, state: Dict[str, Any], holders: Sequence[int] = ()) -> "LogFollower":
+        """A follower positioned where `snapshot()` left off: the same file (found by its inode
+        at the path, in the log's directory after a rename, or through an open descriptor of
+        `holders` after a delete), at the same byte. Nothing is read twice."""
+        follower = cls(str(state["path"]), int(state.get("offset") or 0))
+        follower._pos = int(state.get("pos") or 0)
+        follower._partial = base64.b64decode(state.get("partial") or "")
+        follower.truncated = bool(state.get("truncated"))
+        follower.bytes_read = int(state.get("bytes_read") or 0)
+        follower.events = [LogEvent(str(e.get("kind")), str(e.get("detail"))) for e in state.get("events") or []]
+        follower._missing_noted = bool(state.get("missing_noted"))
+        follower._opened_once = bool(state.get("opened_once"))
+        ident = _ident(state.get("ident"))
+        if state.get("open") and ident is not None:
+            fh = _reopen(follower.path, ident, holders)
+            if fh is None:
+                follower._note("missing", "%s (device %d, inode %d) could not be found again to "
+                               "resume reading at byte %d" % (follower.path, ident[0], ident[1], follower._pos))
+                follower._partial = b""
+            else:
+                fh.seek(follower._pos)
+                follower._fh, follower._ident = fh, ident
+        prev = _ident(state.get("prev_ident"))
+        if prev is not None:
+            fh = _reopen(follower.path, prev, holders)
+            if fh is not None:
+                fh.seek(int(state.get("prev_pos") or 0))
+                follower._previous, follower._prev_ident = fh, prev
+        return follower
+
+
+def _ident(value: Any) -> Optional[Tuple[int, int]]:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return int(value[0]), int(value[1])
+    return None
+
+
+def _candidates(path: str, holders: Sequence[int]) -> List[str]:
+    """Where a known inode may be now: the path, its directory (renamed by rotation), the open
+    descriptors of the processes writing it (deleted)."""
+    out = [path]
+    directory = os.path.dirname(path) or "."
+    try:
+        out += [os.path.join(directory, n) for n in sorted(os.listdir(directory))]
+    except OSError:
+        pass
+    for pid in holders:
+        fd_dir = "/proc/%d/fd" % pid
+        try:
+            out += [os.path.join(fd_dir, fd) for fd in os.listdir(fd_dir)]
+        except OSError:
+            continue
+    return out
+
+
+def _reopen(path: str, ident: Tuple[int, int], holders: Sequence[int]) -> Optional[BinaryIO]:
+    """The regular file with inode `ident`, opened without blocking, or None."""
+    for candidate in _candidates(path, holders):
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) != ident or not stat.S_ISREG(st.st_mode):
+            continue
+        try:
+            fh = open_regular(candidate)
+        except (OSError, SglangError):
+            continue
+        if fh is not None:
+            got = os.fstat(fh.fileno())
+            if (got.st_dev, got.st_ino) == ident:
+                return fh
+            fh.close()
+    return None

@@ -22,7 +22,7 @@ import ipaddress
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _http, _logpatterns as lp
@@ -30,6 +30,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _ports, _proc
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._logfollow import LogFollower
 from ansible_collections.llmops.sglang.plugins.module_utils._loganalysis import LogAnalyzer
+from ansible_collections.llmops.sglang.plugins.module_utils._progress import ProgressTracker
 
 HEALTH_CHOICES = ("none", "health", "health_generate")
 FATAL_SETTLE_S = 1.0  # after a decisive line, read this long for the rest of the traceback
@@ -38,6 +39,10 @@ LOG_MISSING_GRACE_S = 5.0
 VERIFY_EVERY_S = 0.5  # HTTP/identity checks need not run at the log cadence
 STALE_CHECK_EVERY_S = 1.0
 SETTLE_DEFAULT_S = 2.0
+SNAPSHOT_VERSION = 1  # the resume state of a sliced wait
+# Once the ready line is in (or the proofs hold), a slice runs on to the verdict, this much
+# longer at most: the gap between two slices would otherwise delay a verdict due in seconds.
+FINISH_GRACE_S = 60.0
 HEAD_BYTES = 4 * 1024 * 1024  # a running server's startup is read up to its ready line, at most this
 DEAD_TAIL_BYTES = 256 * 1024  # a server found dead: its last lines explain the exit
 
@@ -412,13 +417,21 @@ class Readiness:
         self._proven_since_launch: Optional[float] = None
         self._listening = False  # a listener of ours was seen when the proofs held
         self._lost_note = ""  # why the proofs stopped holding inside the settle window
+        self.progress = ProgressTracker()  # informational: the stage and tqdm counts
+        self._begun = False  # the mode is fixed (first slice done)
 
     # -- helpers ------------------------------------------------------------------------
     def _now_epoch(self) -> float:
         return self.started_epoch + (self.clock() - self.started)
 
     def _poll_log(self, final: bool = False) -> None:
-        self.log.feed(self.follower.poll(final=final), self._now_epoch())
+        self._feed(self.follower.poll(final=final))
+
+    def _feed(self, lines: List[str], history: bool = False) -> None:
+        self.log.feed(lines, self._now_epoch(), history=history)
+        self.progress.feed(lines)
+        if self.log.ready_line is not None:
+            self.progress.mark_ready()
 
     def _alive(self) -> bool:
         return _procs.is_alive(self.inst.pid, self.inst.start_time)
@@ -481,7 +494,7 @@ class Readiness:
             return
         head = self.follower.read_head(HEAD_BYTES, self.log.is_ready_line)
         found = bool(head) and self.log.is_ready_line(head[-1])
-        self.log.feed(head, self._now_epoch(), history=self.mode == RUNNING)
+        self._feed(head, history=self.mode == RUNNING)
         if self.mode == RUNNING:
             self.log.past_start = True
             self.follower.seek_near_end()
@@ -766,11 +779,17 @@ class Readiness:
             deadline = max(deadline, self._proven_at + self.opts.settle)
         return deadline
 
-    def run(self) -> Outcome:
-        hidden = self._hidden()
-        if hidden is not None:
-            return hidden
-        self._begin()
+    def run(self, slice_seconds: Optional[float] = None) -> Optional[Outcome]:
+        """The verdict; with `slice_seconds`, None when the slice ends first (a sliced wait
+        then goes on from `snapshot()` in another process). The timeout counts from the
+        first slice."""
+        if not self._begun:
+            hidden = self._hidden()
+            if hidden is not None:
+                return hidden
+            self._begin()
+            self._begun = True
+        slice_end = None if slice_seconds is None else self.clock() + slice_seconds
         while True:
             outcome = self.step()
             if outcome is not None:
@@ -778,7 +797,88 @@ class Readiness:
             now = self.clock()
             if now >= self._deadline():
                 return self._timeout()
-            self.sleep(max(0.01, min(self.opts.poll_interval, self._deadline() - now)))
+            if slice_end is not None and now >= slice_end and not self._finishing(now - slice_end):
+                return None
+            pause = min(self.opts.poll_interval, self._deadline() - now)
+            if slice_end is not None:
+                pause = min(pause, slice_end - now)
+            self.sleep(max(0.01, pause))
+
+    # -- a sliced wait: the state carried from one slice (process) to the next ------------------
+    def _finishing(self, overtime: float) -> bool:
+        """Is the verdict due within seconds (ready line seen, or the proofs held)?"""
+        near = self._proven_at is not None or (self.mode == STARTING and self.log.ready_line is not None)
+        return near and overtime < FINISH_GRACE_S
+
+    def pending(self) -> Dict[str, Any]:
+        """What a slice that ended without a verdict reports: where the start is."""
+        self.progress.peek(self.follower.pending_text())
+        return {
+            "elapsed": round(self.clock() - self.started, 3),
+            "since_launch": round(self._now_epoch() - self.launched_at, 3),
+            "phase": self.log.phase, "waiting_for": self.waiting_for,
+            "progress": dict(self.progress.state), "already_running": self.mode == RUNNING,
+            "pid": self.inst.pid, "launch_id": self.inst.launch_id,
+            "log_bytes_read": self.follower.bytes_read,
+        }
+
+    def snapshot(self) -> Dict[str, Any]:
+        """Everything the next slice needs to go on exactly as this wait would have, secrets
+        redacted; the log is closed (the next slice reopens it at the same byte)."""
+        def clean(text: str) -> str:
+            return _redact.redact_text(text, self.secrets)
+
+        inst = asdict(self.inst)
+        inst["argv"] = _log_level_argv(self.inst.argv)  # all the wait needs from it
+        state = {
+            "version": SNAPSHOT_VERSION, "instance": inst, "mode": self.mode,
+            "started": self.started, "started_epoch": self.started_epoch,
+            "elapsed": self.clock() - self.started,
+            "waiting_for": clean(self.waiting_for), "next_verify": self._next_verify,
+            "next_stale": self._next_stale, "proven_at": self._proven_at,
+            "proven_since_launch": self._proven_since_launch, "listening": self._listening,
+            "lost_note": self._lost_note,
+            "info": None if self.info is None else {"version": self.info.get("version")},
+            "info_endpoint": self.info_endpoint, "matched": _redact.redact_mapping(self.matched),
+            "health_status": self.health_status,
+            "owners": None if self.owners is None else {"listeners": self.owners.listeners,
+                                                        "foreign": self.owners.foreign},
+            "follower": self.follower.snapshot(), "log": self.log.snapshot(clean),
+            "progress": dict(self.progress.state),
+        }
+        self.follower.close()
+        return state
+
+    @classmethod
+    def restore(cls, state: Dict[str, Any], opts: Options,
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> "Readiness":
+        """The wait `snapshot()` described, in this process."""
+        if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
+            raise SglangError("the resume state of a sliced wait is missing or of another version",
+                              reason="invalid_argument")
+        inst = Instance(**state["instance"])
+        self = cls(inst, opts, clock, sleep)
+        now = clock()
+        started = float(state["started"])
+        # One host, one monotonic clock; should it ever be behind, the elapsed time carries on.
+        self.started = started if started <= now else now - float(state.get("elapsed") or 0.0)
+        self.started_epoch = float(state["started_epoch"])
+        self.mode = state["mode"]
+        self.waiting_for = state["waiting_for"]
+        self._next_verify, self._next_stale = state["next_verify"], state["next_stale"]
+        self._proven_at, self._proven_since_launch = state["proven_at"], state["proven_since_launch"]
+        self._listening, self._lost_note = bool(state["listening"]), state["lost_note"]
+        self.info, self.info_endpoint = state["info"], state["info_endpoint"]
+        self.matched, self.health_status = dict(state["matched"] or {}), state["health_status"]
+        owners = state.get("owners")
+        self.owners = PortOwners(owners["listeners"], owners["foreign"]) if owners else None
+        holders = [p for p in (inst.pid, inst.supervisor_pid) if p]
+        self.follower = LogFollower.restore(state["follower"], holders)
+        self.log.restore(state["log"])
+        self.progress = ProgressTracker(state.get("progress"))
+        self._begun = True
+        return self
 
 
 def redact_deep(value: Any, secrets: Sequence[str]) -> Any:
@@ -797,4 +897,44 @@ def wait_ready(record: Dict[str, Any], opts: Options,
                clock: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep) -> Outcome:
     inst = instance_from_record(record)
-    return Readiness(inst, opts, clock, sleep).run()
+    outcome = Readiness(inst, opts, clock, sleep).run()
+    if outcome is None:  # only a slice ends without a verdict
+        raise SglangError("the readiness wait ended without a verdict", reason="error")
+    return outcome
+
+
+@dataclass
+class Slice:
+    """One slice of a sliced wait: the verdict, or where the start is and the state to go on."""
+    outcome: Optional[Outcome]
+    pending: Dict[str, Any] = field(default_factory=dict)
+    state: Optional[Dict[str, Any]] = None
+
+
+def wait_ready_slice(record: Optional[Dict[str, Any]], opts: Options, state: Optional[Dict[str, Any]],
+                     seconds: float, clock: Callable[[], float] = time.monotonic,
+                     sleep: Callable[[float], None] = time.sleep) -> Slice:
+    """At most about `seconds` of the wait (a verdict being read - the rest of a traceback, the
+    settle window's last check - is finished first): from `record` for the first slice, from
+    the previous slice's `state` after that. The verdict is the one `wait_ready` gives."""
+    if state:
+        waiter = Readiness.restore(state, opts, clock, sleep)
+    else:
+        waiter = Readiness(instance_from_record(dict(record or {})), opts, clock, sleep)
+    outcome = waiter.run(slice_seconds=seconds)
+    if outcome is not None:
+        return Slice(outcome)
+    pending = waiter.pending()
+    return Slice(None, pending, waiter.snapshot())
+
+
+def _log_level_argv(argv: Sequence[str]) -> List[str]:
+    """Only the log-level flags of an argv (what `quiet_log_levels` reads): the rest, secrets
+    included, is not carried from slice to slice."""
+    out: List[str] = []
+    for i, arg in enumerate(argv):
+        if arg in ("--log-level", "--log-level-http") and i + 1 < len(argv):
+            out += [arg, argv[i + 1]]
+        elif arg.startswith(("--log-level=", "--log-level-http=")):
+            out.append(arg)
+    return out

@@ -48,7 +48,21 @@ description:
   - The log must be a regular file. It is opened without blocking and checked before any
     read; a FIFO, device, socket or directory at the log path fails at once with
     RV(reason=bad_log).
-  - Read-only. In check mode it observes exactly the same way and changes nothing.
+  - Changes nothing on the server. After a successful start it remembers the start's timeline
+    in O(state_dir)/C(<name>.timeline.json) (0600, written atomically; not in check mode), so
+    the next wait can say how far along a start is compared with the last one and flag a slow
+    start (RV(slow_start)). A re-check of a running server writes nothing.
+  - In check mode it observes exactly the same way and writes nothing.
+  - "Live progress: the collection's action plugin of the same name (used automatically for
+    C(llmops.sglang.sglang_ready) tasks) runs the wait in slices of O(slice_seconds) and prints,
+    between slices, one line per host with the phase and its progress read from this launch's
+    log, for example C(gpu-07 extraction: loading weights 31/64 shards (2m05s, 48% of the last
+    start's time)), then C(... ready in 4m12s). Each slice goes on from the log byte the previous
+    one reached (nothing is read twice); the timeout, the verdict and the result are those of
+    one uninterrupted wait. Nothing is printed when the stdout callback is a machine format
+    (anything but V(default), V(minimal), V(oneline) and the human community callbacks -
+    V(json), V(yaml), ansible-runner's V(awx_display) included); C(LLMOPS_SGLANG_PROGRESS=always)
+    or V(never) overrides that."
   - Nodes with O(node_rank) >= 1 have no HTTP server; the
     C(Dummy health check server started) log line is their readiness signal and HTTP checks
     are skipped.
@@ -161,6 +175,17 @@ options:
       - For ranks >= 1 the ready signal is C(Dummy health check server started) (plus any
         non-default O(ready_patterns)/O(extra_ready_patterns)), and no HTTP check runs.
     type: int
+  slice_seconds:
+    description:
+      - Length of one slice of the wait when it runs through the action plugin (live progress
+        between slices). V(0) waits in one call and prints no progress.
+      - The default comes from the environment variable C(LLMOPS_SGLANG_READY_SLICE_SECONDS)
+        on the controller, else V(10).
+      - A slice may run a little longer to finish reading a verdict (the rest of a traceback,
+        the settle window's last check). The module itself, run without the action plugin,
+        ignores this option and waits in one call.
+      - Must be between 0 and 600.
+    type: float
   require_ready_line:
     description:
       - When V(false), the ready line is not required. Use it only for launches with a quiet
@@ -352,9 +377,29 @@ proven_at:
   type: float
   sample: 4.21
 log_bytes_read:
-  description: Bytes of the log read by this check.
+  description: Bytes of the log read by this check (all slices together for a sliced wait).
   returned: always
   type: int
+start_seconds:
+  description: >-
+    Seconds from the launch to its ready line (the C(ready) phase of RV(timeline)); null when
+    the ready line was not seen.
+  returned: always
+  type: float
+  sample: 252.4
+last_start_seconds:
+  description: >-
+    The same for the last successful start of this instance remembered in O(state_dir) (for a
+    re-check of that very launch: the start before it); null when none is remembered.
+  returned: always
+  type: float
+  sample: 238.0
+slow_start:
+  description: >-
+    Whether this start became ready and took more than 1.5 times as long as the last one
+    (RV(start_seconds) > 1.5 x RV(last_start_seconds)).
+  returned: always
+  type: bool
 """
 
 from typing import Any, Dict, List, Optional
@@ -362,9 +407,11 @@ from typing import Any, Dict, List, Optional
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _logpatterns, _readiness, _record
+from ansible_collections.llmops.sglang.plugins.module_utils import _timeline_store
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 SETTLE_MAX_S = 600.0
+SLICE_MAX_S = 600.0
 
 
 def argument_spec() -> Dict[str, Any]:
@@ -385,6 +432,10 @@ def argument_spec() -> Dict[str, Any]:
         api_key=dict(type="str", no_log=True),
         node_rank=dict(type="int"),
         require_ready_line=dict(type="bool", default=True),
+        slice_seconds=dict(type="float"),
+        # Private, set by the action plugin: run one slice ({} first, then the previous slice's
+        # resume_state) and answer pending when it ends before a verdict.
+        _resume=dict(type="dict"),
     )
 
 
@@ -442,18 +493,97 @@ def build_options(params: Dict[str, Any], record: Dict[str, Any]) -> _readiness.
         require_ready_line=params["require_ready_line"])
 
 
-def _body(module: AnsibleModule) -> Dict[str, Any]:
-    try:
-        record = load_record(module.params)
-        opts = build_options(module.params, record)
-        outcome = _readiness.wait_ready(record, opts)
-    except SglangError as exc:  # its reason stays the one set where it was raised
-        raise SglangError(exc.msg, **dict(exc.details, ready=False, changed=False))
+def _store_location(params: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
+    """Where this instance's last start is remembered (none for a record without a name)."""
+    name = params["name"] or record.get("name")
+    state_dir = params["state_dir"] or record.get("state_dir")
+    if params["name"] and not state_dir:
+        state_dir = _record.default_state_dir()
+    if not name or not state_dir:
+        return {"state_dir": None, "name": None}
+    return {"state_dir": str(state_dir), "name": str(name)}
+
+
+def _context(params: Dict[str, Any], record: Dict[str, Any], opts: _readiness.Options) -> Dict[str, Any]:
+    """What a wait needs besides the readiness state, fixed when it begins."""
+    where = _store_location(params, record)
+    last = _timeline_store.baseline(where["state_dir"], where["name"], record.get("launch_id"))
+    return dict(where, expect=opts.expect, node_rank=opts.node_rank,
+                last_start_seconds=last.get("start_seconds") if last else None)
+
+
+def _start_seconds(details: Dict[str, Any]) -> Optional[float]:
+    for entry in details.get("timeline") or []:
+        if entry.get("phase") in (_logpatterns.READY_PHASE, _logpatterns.NODE_READY_PHASE):
+            return entry.get("seconds")
+    return None
+
+
+def _finish(module: AnsibleModule, outcome: _readiness.Outcome, ctx: Dict[str, Any]) -> Dict[str, Any]:
+    """The verdict as today's result, with this start compared with the last one (and
+    remembered when it became ready)."""
     result = dict(outcome.details, ready=outcome.ready, reason=outcome.reason, changed=False,
                   msg=outcome.msg)
+    fresh = outcome.ready and not result.get("already_running")
+    start = _start_seconds(result)
+    last = ctx.get("last_start_seconds")
+    result.update(start_seconds=start, last_start_seconds=last,
+                  slow_start=bool(fresh and _timeline_store.is_slow(start, last)))
+    if fresh and start and ctx.get("state_dir") and ctx.get("name") and not module.check_mode:
+        try:
+            _timeline_store.remember(ctx["state_dir"], ctx["name"], result.get("launch_id"), start,
+                                     result.get("timeline") or [])
+        except SglangError as exc:  # the server is ready: a bookkeeping file does not undo that
+            module.warn("the start's timeline was not remembered: %s" % exc.msg)
     if not outcome.ready:
         raise SglangError(result.pop("msg"), **result)
     return result
+
+
+def _slice_seconds(params: Dict[str, Any]) -> float:
+    value = params["slice_seconds"]
+    value = 10.0 if value is None else value
+    if not 0 < value <= SLICE_MAX_S:
+        raise SglangError("slice_seconds must be > 0 and <= %.0f for a sliced wait (got %s)"
+                          % (SLICE_MAX_S, value), reason="invalid_argument")
+    return value
+
+
+def _one_slice(module: AnsibleModule, resume: Dict[str, Any]) -> Dict[str, Any]:
+    """One slice of a sliced wait: the final result, or pending with the state to go on."""
+    params = module.params
+    seconds = _slice_seconds(params)
+    if resume.get("state"):
+        ctx = resume.get("ctx")
+        if not isinstance(ctx, dict):
+            raise SglangError("the resume state of a sliced wait has no context", reason="invalid_argument")
+        opts = build_options(params, {"expect": ctx.get("expect") or {}, "node_rank": ctx.get("node_rank")})
+        step = _readiness.wait_ready_slice(None, opts, resume["state"], seconds)
+    else:
+        record = load_record(params)
+        opts = build_options(params, record)
+        ctx = _context(params, record, opts)
+        step = _readiness.wait_ready_slice(record, opts, None, seconds)
+    if step.outcome is not None:
+        return _finish(module, step.outcome, ctx)
+    return dict(step.pending, changed=False, ready=False, pending=True, reason="pending",
+                msg="waiting for %s" % step.pending.get("waiting_for"), instance=ctx.get("name"),
+                last_start_seconds=ctx.get("last_start_seconds"),
+                resume_state={"state": step.state, "ctx": ctx})
+
+
+def _body(module: AnsibleModule) -> Dict[str, Any]:
+    try:
+        resume = module.params["_resume"]
+        if resume is not None:
+            return _one_slice(module, resume)
+        record = load_record(module.params)
+        opts = build_options(module.params, record)
+        ctx = _context(module.params, record, opts)
+        outcome = _readiness.wait_ready(record, opts)
+        return _finish(module, outcome, ctx)
+    except SglangError as exc:  # its reason stays the one set where it was raised
+        raise SglangError(exc.msg, **dict(exc.details, ready=False, changed=False))
 
 
 def main() -> None:

@@ -182,3 +182,110 @@ def test_the_history_up_to_the_ready_line_then_only_new_lines(tmp_path):
     assert follower.bytes_read <= 64 * 1024  # the old lines after the ready line are never read
     _append(path, "new\n")
     assert follower.poll() == ["new"]
+
+
+def test_a_tqdm_redraw_is_a_line_before_the_bar_closes(tmp_path):
+    """tqdm writes `\\r` + redraw and no newline until the bar is done: each redraw must be seen
+    while the bar runs (live progress), not minutes later when the bar closes."""
+    path = str(tmp_path / "a.log")
+    with open(path, "wb") as fh:
+        fh.write(b"\rLoading safetensors checkpoint shards:   0% Completed | 0/64 [00:00<?, ?it/s]"
+                 b"\rLoading safetensors checkpoint shards:   2% Completed | 1/64 [00:00<00:00, 634.35it/s]")
+    follower = LogFollower(path)
+    assert follower.poll() == ["Loading safetensors checkpoint shards:   0% Completed | 0/64 [00:00<?, ?it/s]"]
+    assert follower.pending_text().endswith("| 1/64 [00:00<00:00, 634.35it/s]")
+    with open(path, "ab") as fh:
+        fh.write(b"\rLoading safetensors checkpoint shards:   3% Completed | 2/64 [00:00<00:00, 718.90it/s]")
+    assert follower.poll() == ["Loading safetensors checkpoint shards:   2% Completed | 1/64 [00:00<00:00, 634.35it/s]"]
+    follower.close()
+
+
+def _resume(follower: LogFollower, holders=()) -> LogFollower:
+    state = follower.snapshot()
+    follower.close()
+    return LogFollower.restore(state, holders)
+
+
+def test_a_resumed_follower_reads_each_byte_once(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "before the launch\n")
+    offset = os.path.getsize(path)
+    _append(path, "one\ntw")
+    follower = LogFollower(path, offset=offset)
+    seen = follower.poll()
+    for chunk in ("o\nthree\rfour", "\r\nfive\n", "six\n"):
+        follower = _resume(follower)
+        _append(path, chunk)
+        seen += follower.poll()
+    assert seen == ["one", "two", "three", "four", "five", "six"]
+    assert follower.bytes_read == os.path.getsize(path) - offset
+    follower.close()
+
+
+def test_a_resumed_follower_before_the_log_exists_honours_the_offset(tmp_path):
+    path = str(tmp_path / "a.log")
+    follower = _resume(LogFollower(path, offset=0))
+    assert follower.poll() == []
+    _append(path, "first\n")
+    follower = _resume(follower)
+    assert follower.poll() == ["first"]
+    follower.close()
+
+
+def test_a_rotation_between_slices_drains_the_old_file_then_follows_the_new(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "one\n")
+    follower = LogFollower(path)
+    assert follower.poll() == ["one"]
+    state = follower.snapshot()
+    follower.close()
+    _append(path, "two\n")
+    os.rename(path, path + ".1")  # logrotate: rename, new file at the path
+    _append(path, "three\n")
+    follower = LogFollower.restore(state)
+    assert follower.poll() == ["two", "three"]
+    assert "rotated" in _kinds(follower)
+    follower = _resume(follower)
+    _append(path + ".1", "four\n")  # the server still writes to the renamed file
+    _append(path, "five\n")
+    assert sorted(follower.poll()) == ["five", "four"]
+    follower.close()
+
+
+def test_a_deleted_log_is_found_again_through_the_writers_descriptor(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "one\n")
+    writer = subprocess.Popen([sys.executable, "-c", "import sys\nf = open(sys.argv[1], 'a')\nprint('open', flush=True)\n"
+                               "sys.stdin.readline()\nf.write('two\\n'); f.flush()\nprint('written', flush=True)\n"
+                               "sys.stdin.readline()", path],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "open"
+        follower = LogFollower(path)
+        assert follower.poll() == ["one"]
+        state = follower.snapshot()
+        follower.close()
+        os.unlink(path)
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "written"
+        follower = LogFollower.restore(state, holders=[writer.pid])
+        assert follower.is_open
+        assert follower.poll() == ["two"]
+        follower.close()
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=10)
+
+
+def test_a_log_gone_for_good_between_slices_is_noted(tmp_path):
+    path = str(tmp_path / "a.log")
+    _append(path, "one\n")
+    follower = LogFollower(path)
+    follower.poll()
+    state = follower.snapshot()
+    follower.close()
+    os.unlink(path)
+    follower = LogFollower.restore(state)
+    assert not follower.is_open and "missing" in _kinds(follower)
+    assert follower.poll() == []

@@ -626,3 +626,169 @@ def test_a_dead_server_is_explained_by_its_last_lines_not_its_whole_log(tmp_path
     assert out.reason == "fatal_log" and "illegal memory access" in out.msg, out.msg
     assert "after its ready line" in out.msg and "Error in request" not in out.msg
     assert out.details["log_bytes_read"] < 2 * _readiness.DEAD_TAIL_BYTES
+
+
+# --- a sliced wait: the state carried from slice to slice ----------------------------------
+
+import json as _json  # noqa: E402
+import random  # noqa: E402
+
+_VOCAB = [
+    "[2025-01-01 10:00:01 TP0] Init torch distributed begin.",
+    "[2025-01-01 10:00:02 TP1] Load weight begin. avail mem=78.50 GB",
+    "Loading safetensors checkpoint shards:  48% Completed | 31/64 [00:10<00:11,  2.86it/s]",
+    "[2025-01-01 10:00:03 TP0] Load weight end. type=X, dtype=torch.bfloat16, avail mem=20.00 GB",
+    "[2025-01-01 10:00:04 TP0] KV Cache is allocated. #tokens: 1000",
+    "[2025-01-01 10:00:04 TP0] Memory pool end. avail mem=10.00 GB",
+    "[2025-01-01 10:00:05] INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)",
+    "[2025-01-01 10:00:06] The server is fired up and ready to roll!",
+    "[2025-01-01 10:00:02 TP3] Ignore import error when loading sglang.srt.models.x: No module named 'y'",
+    "[2025-01-01 10:00:02 TP2] Ignore <module 'triton'> reports ImportError with:",
+    "No module named 'triton.compiler.compiler'",
+    "[2025-01-01 10:00:07 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    "Traceback (most recent call last):",
+    '  File "/venv/sglang/srt/managers/scheduler.py", line 219, in run_scheduler_process',
+    "    raise RuntimeError(\"Not enough memory. Please try to increase --mem-fraction-static.\")",
+    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+    "ModuleNotFoundError: No module named 'sgl_kernel'",
+    "[2025-01-01 10:00:08] Received sigquit from a child process. It usually means the child failed.",
+    "[2025-01-01 10:00:08 TP1] Rank 1 scheduler is dead",
+    "[2025-01-01 10:00:09] ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use",
+    "[2025-01-01 10:00:05 TP0] server_args=ServerArgs(model_path='/m', api_key='sk-live-123', port=30000)",
+    '[2025-01-01 10:00:10] INFO:     127.0.0.1:5000 - "POST /generate HTTP/1.1" 200 OK',
+]
+_FILLER = "[2025-01-01 10:00:03 TP0] filler line %d"
+
+
+def _random_log(rng: random.Random):
+    size = rng.choice([20, 200, 1500, 5000])
+    weights = [1] * len(_VOCAB)
+    return [rng.choice(_VOCAB) if rng.random() < 0.3 else _FILLER % i for i in range(size)], weights
+
+
+def _view(an):
+    return {
+        "decisive_lines": an.decisive_lines(), "cause": an.cause(), "tail": an.tail(),
+        "explaining": an.explaining()[:_loganalysis.EXPLAIN_MAX], "decisive": bool(an.decisive),
+        "timeline": an.timeline, "phase": an.phase, "ready": an.ready_line, "uvicorn": an.uvicorn_line,
+        "bind": an.bind_error, "in_start": an.in_start, "count": an.count,
+    }
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_restored_analyzer_answers_like_one_that_read_everything(seed):
+    """Split anywhere (inside a traceback, a benign warning's continuation, past the window),
+    the analyzer rebuilt from each slice's snapshot gives the same answers at every cut."""
+    rng = random.Random(seed)
+    lines, _weights = _random_log(rng)
+    cuts = sorted(rng.sample(range(1, len(lines)), min(len(lines) - 1, rng.randint(1, 8)))) + [len(lines)]
+    whole, sliced = _analyzer(), _analyzer()
+    history = seed % 7 == 0  # a re-check's head read as history
+    start = 0
+    for cut in cuts:
+        chunk = lines[start:cut]
+        whole.feed(chunk, 1e9, history=history)
+        sliced.feed(chunk, 1e9, history=history)
+        state = _json.loads(_json.dumps(sliced.snapshot()))
+        sliced = _analyzer()
+        sliced.restore(state)
+        assert _view(sliced) == _view(whole), "differs after line %d" % cut
+        start = cut
+
+
+def test_a_snapshot_is_bounded_and_redacted():
+    an = _analyzer()
+    an.feed([_FILLER % i for i in range(20000)] + [_VOCAB[20]], 1e9)
+    state = an.snapshot(lambda text: text.replace("sk-live-123", "********"))
+    assert len(state["lines"]) <= _loganalysis.TRACEBACK_LOOKBACK + 1
+    assert "sk-live-123" not in _json.dumps(state)
+
+
+def _sliced_wait(record, opts, seconds=0.1):
+    """What the action plugin does: slices, each from the JSON of the previous slice's state."""
+    step = _readiness.wait_ready_slice(record, opts, None, seconds)
+    slices = 1
+    while step.outcome is None:
+        state = _json.loads(_json.dumps(step.state))
+        step = _readiness.wait_ready_slice(None, opts, state, seconds)
+        slices += 1
+    return step.outcome, slices
+
+
+def _crash_scenario(spawn, tmp_path, tag):
+    """A start that dies with a traceback written in pieces, the process killed at its end."""
+    import threading
+    proc = spawn.start(["sleep", "60"])
+    log = str(tmp_path / ("%s.log" % tag))
+    _write(log, ["earlier run: The server is fired up and ready to roll!"])
+    record = _record(proc, log, offset=os.path.getsize(log))
+    pieces = [STARTUP[:4], SCHEDULER_CRASH[:3], SCHEDULER_CRASH[3:]]
+
+    def writer():
+        for piece in pieces:
+            time.sleep(0.3)
+            _write(log, piece)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    return record, thread, log
+
+
+def test_a_sliced_wait_gives_the_verdict_of_one_wait(tmp_path, spawn):
+    """Same scenario twice: one uninterrupted wait, then slices of 0.1 s resumed from JSON.
+    The reason, the message, the decisive lines and the bytes read are the same."""
+    opts = _opts(timeout=20.0, api_key="sk-secret-123")
+    record, thread, log = _crash_scenario(spawn, tmp_path, "whole")
+    whole = _readiness.wait_ready(record, opts)
+    thread.join()
+    record2, thread, log2 = _crash_scenario(spawn, tmp_path, "sliced")
+    sliced, slices = _sliced_wait(record2, opts)
+    thread.join()
+    assert slices > 1
+    assert (whole.ready, whole.reason) == (sliced.ready, sliced.reason) == (False, "fatal_log")
+    assert whole.msg.replace(str(record["pid"]), "PID") == sliced.msg.replace(str(record2["pid"]), "PID")
+    assert whole.details["decisive_lines"] == sliced.details["decisive_lines"]
+    assert any("Not enough memory" in line for line in sliced.details["decisive_lines"])
+    assert whole.details["log_tail"] == sliced.details["log_tail"]
+    assert [t["phase"] for t in whole.details["timeline"]] == [t["phase"] for t in sliced.details["timeline"]]
+    # nothing read twice: each slice went on from the byte the previous one reached
+    size = os.path.getsize(log2) - record2["log_offset"]
+    assert sliced.details["log_bytes_read"] == whole.details["log_bytes_read"] == size
+
+
+def test_a_sliced_wait_is_ready_like_one_wait(tmp_path, spawn):
+    proc, port, log = _http_launch(spawn, tmp_path, {"tp_size": 2, "port": 0, "version": "0.5.6"})
+    opts = _opts(expect={"tp_size": "2"}, settle=0.5)
+    whole = _readiness.wait_ready(_record(proc, log, port=port), opts)
+    sliced, _slices = _sliced_wait(_record(proc, log, port=port), opts, seconds=0.05)
+    assert whole.ready and sliced.ready, sliced.msg
+    for key in ("matched", "server_version", "health", "listeners", "phase", "already_running",
+                "log_bytes_read", "decisive_lines", "log_tail"):
+        assert whole.details[key] == sliced.details[key], key
+    assert whole.msg == sliced.msg
+
+
+def test_the_timeout_counts_from_the_first_slice(tmp_path, sleeper):
+    log = str(tmp_path / "l.log")
+    _write(log, STARTUP[:3])
+    record = _record(sleeper(), log)
+    started = time.monotonic()
+    out, slices = _sliced_wait(record, _opts(timeout=1.0), seconds=0.2)
+    assert out.reason == "timeout" and slices > 1
+    assert out.details["elapsed"] >= 1.0 and time.monotonic() - started >= 1.0
+
+
+def test_pending_says_where_the_start_is(tmp_path, sleeper):
+    log = str(tmp_path / "l.log")
+    _write(log, STARTUP[:3])
+    with open(log, "ab") as fh:
+        fh.write(b"\rLoading safetensors checkpoint shards:  47% Completed | 30/64 [00:00<00:00, 680.50it/s]"
+                 b"\rLoading safetensors checkpoint shards:  48% Completed | 31/64 [00:00<00:00, 628.65it/s]")
+    step = _readiness.wait_ready_slice(_record(sleeper(), log), _opts(timeout=30.0), None, 0.2)
+    assert step.outcome is None
+    assert step.pending["progress"]["stage"] == "loading weights"
+    assert step.pending["progress"]["shards"] == [31, 64]
+    assert step.pending["phase"] == "weight load begin"
+    assert "sk-secret-123" not in _json.dumps(step.state)
