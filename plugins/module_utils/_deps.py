@@ -18,7 +18,7 @@ import os
 import stat
 import subprocess
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 REQUIRED = ("psutil", "requests")
 # What to install for the interpreter a module runs with (Debian/Ubuntu package names).
@@ -100,11 +100,11 @@ def _is_sglang_main(argv: List[str]) -> bool:
     return len(argv) > 2 and os.path.basename(argv[1]) == "sglang" and argv[2] == "serve"
 
 
-def running_interpreters(proc_root: str = "/proc") -> List[str]:
-    """Interpreters of running sglang servers (`<python> -m sglang.launch_server`,
-    `<python> <venv>/bin/sglang serve`). /proc is read by hand on purpose: this runs exactly
-    when psutil is what is missing."""
-    out = []
+def sglang_command_lines(proc_root: str = "/proc") -> List[Tuple[int, int, List[str]]]:
+    """(pid, uid, argv) of every process whose command line starts an sglang server
+    (`<python> -m sglang.launch_server`, `<python> <venv>/bin/sglang serve`). /proc is read by
+    hand on purpose: this runs exactly when psutil is what is missing."""
+    out: List[Tuple[int, int, List[str]]] = []
     try:
         entries = sorted((e for e in os.listdir(proc_root) if e.isdigit()), key=int)
     except OSError:
@@ -113,11 +113,18 @@ def running_interpreters(proc_root: str = "/proc") -> List[str]:
         try:
             with open(os.path.join(proc_root, entry, "cmdline"), "rb") as fh:
                 argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
+            uid = os.stat(os.path.join(proc_root, entry)).st_uid
         except OSError:
             continue
-        if argv and os.path.isabs(argv[0]) and "python" in os.path.basename(argv[0]) and _is_sglang_main(argv):
-            out.append(argv[0])
+        if argv and _is_sglang_main(argv):
+            out.append((int(entry), uid, argv))
     return out
+
+
+def running_interpreters(proc_root: str = "/proc") -> List[str]:
+    """Interpreters of running sglang servers (absolute python paths only: they can be named)."""
+    return [argv[0] for _pid, _uid, argv in sglang_command_lines(proc_root)
+            if os.path.isabs(argv[0]) and "python" in os.path.basename(argv[0])]
 
 
 def _installed_interpreters(search_paths: Optional[Sequence[str]]) -> List[str]:

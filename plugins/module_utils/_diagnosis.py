@@ -35,9 +35,22 @@ def _cmd(argv: Iterable[str], limit: int = 160) -> str:
     return describe_cmdline(list(argv), limit=limit)
 
 
-def interpreter(interp: Optional[Dict[str, Any]], elsewhere: List[Dict[str, Any]]) -> List[str]:
+def suggestion(use: Dict[str, Any]) -> str:
+    """"the running instance 'serving' (pid 42) uses /root/ml-env/bin/python (sglang 0.5.23):
+    use venv: /root/ml-env" - what a broken or sglang-less interpreter should be replaced with."""
+    version = " (sglang %s)" % use["sglang_version"] if use.get("sglang_version") else ""
+    target = "venv: %s" % use["venv"] if use.get("venv") else "python: %s" % use["python"]
+    return "%s uses %s%s: use %s" % (use["source"], use["python"], version, target)
+
+
+def interpreter(interp: Optional[Dict[str, Any]], elsewhere: List[Dict[str, Any]],
+                in_use: Optional[List[Dict[str, Any]]] = None) -> List[str]:
+    """The interpreter lacks sglang: name what this host's instances run with (`in_use`,
+    see _interpreter.in_use), and only when nothing runs, the other installs found."""
     if not interp or interp.get("sglang_installed"):
         return []
+    if in_use:
+        return ["python %s has no sglang; %s" % (interp["path"], suggestion(in_use[0]))]
     others = ", ".join("%s has %s" % (e.get("python") or e.get("location"), e.get("sglang_version"))
                        for e in elsewhere)
     if others:
@@ -73,6 +86,13 @@ def servers(items: List[Dict[str, Any]], now: Optional[float] = None) -> List[st
     return out
 
 
+def partial_servers(items: List[Dict[str, Any]]) -> List[str]:
+    """Servers seen by their command line only (the process table could not be read)."""
+    return ["sglang server pid %s (user %s) runs %s - seen by its command line only: its processes, ports "
+            "and state were not read" % (s["pid"], s.get("user"), _cmd(s.get("argv") or []))
+            for s in items if s.get("partial")]
+
+
 def _age(server: Dict[str, Any], now: float) -> Optional[float]:
     start = server.get("start_time")
     return now - start if start is not None else server.get("age_seconds")
@@ -85,6 +105,8 @@ def ports(reports: List[Dict[str, Any]], servers_by_id: Dict[str, Dict[str, Any]
     out: List[str] = []
     for rep in reports:
         port = rep["port"]
+        if "listening" in rep and rep["listening"] is None:  # not read (no process layer): see `unavailable`
+            continue
         if not rep.get("listeners"):
             out.append("nothing listens on port %d (IPv4 or IPv6)" % port)
             continue
@@ -130,5 +152,29 @@ def shm(entries: List[Dict[str, Any]]) -> List[str]:
             % (len(leaked), total / GIB, names, more)]
 
 
-def flags(missing: List[str], sglang_version: Optional[str]) -> List[str]:
-    return ["flag %s does not exist in sglang %s" % (name, sglang_version or "?") for name in missing]
+def flags(missing: List[str], sglang_version: Optional[str],
+          answers: Optional[Dict[str, Dict[str, Any]]] = None) -> List[str]:
+    """Flags this sglang does not have (with a did-you-mean) and values it does not accept
+    (`answers` from _flagcheck.answers)."""
+    answers = answers or {}
+    out = []
+    for name in missing:
+        similar = (answers.get(name) or {}).get("did_you_mean") or []
+        hint = "; did you mean %s?" % " or ".join(similar) if similar else ""
+        out.append("flag %s does not exist in sglang %s%s" % (name, sglang_version or "?", hint))
+    for name, ans in answers.items():
+        if ans.get("exists") and not ans.get("accepted"):
+            out.append(ans["answer"][len("no: "):])
+    return out
+
+
+def dependencies(missing: List[str], python: str, found: Optional[str]) -> List[str]:
+    """This module's own interpreter lacks psutil/requests (see _deps)."""
+    if not missing:
+        return []
+    if found:
+        return ["python %s (running this module) cannot import %s: rerun with `-e ansible_python_interpreter=%s`"
+                % (python, " and ".join(missing), found)]
+    return ["python %s (running this module) cannot import %s, and no interpreter on this host that has "
+            "them was found: install them, or point ansible_python_interpreter at the sglang venv's python"
+            % (python, " and ".join(missing))]

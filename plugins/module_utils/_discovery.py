@@ -86,11 +86,15 @@ class Server:
         except (TypeError, ValueError):
             return None
 
-    def to_dict(self, now: Optional[float] = None) -> Dict[str, Any]:
+    def to_dict(self, now: Optional[float] = None, env_users: Optional[Iterable[str]] = None) -> Dict[str, Any]:
+        """`env` only for a server of `env_users` (default: the user running this module):
+        root reads every user's environment, and must not hand it out."""
         now = time.time() if now is None else now
         main = self.main
         anchor = main or (self.members[0].proc if self.members else None)
         argv0 = main.cmdline[0] if main is not None and main.cmdline else None
+        viewers = set(env_users) if env_users is not None else {_procs.username(os.geteuid())}
+        env_shown = anchor is not None and anchor.user in viewers
         return {
             "id": self.id,
             "pid": main.pid if main else None,
@@ -108,11 +112,19 @@ class Server:
             "port": self.port(),
             "listeners": self.listeners,
             "listening_ports": sorted({int(l["port"]) for l in self.listeners}),
-            "env": self.env,
+            "other_namespace": _other_namespace(anchor.pid) if anchor else False,
+            "env": self.env if env_shown else None,
+            "env_hidden": not env_shown,
             "pids": self.pids,
             "members": [m.to_dict() for m in sorted(self.members, key=_member_order)],
             "orphaned": [m.proc.pid for m in self.members if m.orphaned],
         }
+
+
+def _other_namespace(pid: int) -> bool:
+    """Runs in another PID namespace (a container): its paths are not this host's paths."""
+    theirs = _procs.pid_namespace(pid)
+    return theirs is not None and theirs != _procs.own_pid_namespace()
 
 
 def _member_order(member: Member) -> Tuple[int, str, int]:

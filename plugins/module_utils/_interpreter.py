@@ -337,3 +337,47 @@ def where_is_sglang(interp: Interpreter, search_paths: Optional[List[str]] = Non
             continue
         out.append(item)
     return out
+
+
+def _version_of(python: str, venv: Optional[str], installs: List[Dict[str, Any]]) -> Optional[str]:
+    for item in installs:
+        if (venv and item.get("venv") and os.path.abspath(item["venv"]) == os.path.abspath(venv)) or \
+                (item.get("python") and os.path.abspath(item["python"]) == os.path.abspath(python)):
+            return item.get("sglang_version")
+    return None
+
+
+def in_use(servers: List[Dict[str, Any]], records: List[Dict[str, Any]], installs: List[Dict[str, Any]],
+           exclude: Optional[str] = None, user: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The interpreters this host's sglang instances run with, best first: running servers
+    (launched instances and those of `user` first), then launch records whose server is gone.
+    [{python, venv, sglang_version, source}]; `exclude` (the interpreter being diagnosed) and
+    its venv are left out. This, not just any sglang install, is what a broken one should use."""
+    skip = {os.path.abspath(exclude)} if exclude else set()
+    skip_venv = _venv_root_of(os.path.abspath(exclude)) if exclude else None
+    found: List[Dict[str, Any]] = []
+
+    def add(python: Optional[str], venv: Optional[str], version: Optional[str], source: str) -> None:
+        if not python or not os.path.isabs(python) or os.path.abspath(python) in skip:
+            return
+        if skip_venv and venv and os.path.abspath(venv) == os.path.abspath(skip_venv):
+            return
+        if any(f["python"] == os.path.abspath(python) for f in found):
+            return
+        found.append({"python": os.path.abspath(python), "venv": venv,
+                      "sglang_version": version or _version_of(python, venv, installs), "source": source})
+
+    def order(server: Dict[str, Any]) -> Any:
+        return (server.get("user") != user if user else False, not server.get("instance"), server.get("pid") or 0)
+
+    # A server in another PID namespace (a container) names a path inside the container.
+    for server in sorted((s for s in servers if s.get("main") and not s.get("other_namespace")), key=order):
+        interp = server.get("interpreter") or {}
+        name = "the running instance '%s' (pid %s)" % (server["instance"], server["pid"]) if server.get("instance") \
+            else "the running sglang server pid %s (user %s)" % (server.get("pid"), server.get("user"))
+        add(interp.get("cmdline"), interp.get("venv"), None, name)
+    for rec in records:
+        if not rec.get("alive"):
+            add(rec.get("interpreter"), rec.get("venv"), rec.get("sglang_version"),
+                "the last launch of instance '%s' (launch record %s)" % (rec.get("name"), rec.get("path")))
+    return found

@@ -11,19 +11,31 @@ module: sglang_probe
 short_description: Report what sglang looks like on a host, without changing anything
 version_added: "0.1.0"
 description:
+  - Answers the question asked. By default the result is a short report - the interpreter and
+    every interpreter on the host with sglang, the servers on this host with their state
+    (RV(servers[].state)), the asked ports and flags, and the diagnosis. O(detail=true) adds the
+    full data - command lines, parsed arguments, environments, listeners, C(server_info) and
+    C(model_info), every argparse field of each flag, the C(/dev/shm) files.
   - Resolves the Python interpreter that would run sglang (from O(venv) or O(python), never a bare
     C(python3) from C(PATH) unless asked) and reports its Python version and whether sglang is
     installed there, with version, location and entry points. This imports neither torch nor sglang.
+    When it lacks sglang or is broken, the diagnosis (and the failure message) names the venv the
+    running instance uses (its server's interpreter, or its launch record's), not just any
+    sglang install found (RV(suggested_interpreter)).
   - Lists every interpreter on the host that has sglang, read from installed metadata
     (C(sglang-*.dist-info)) under O(search_paths) without starting those interpreters.
   - With O(introspect=true) or O(flags), reads the full command line interface of THAT sglang
     (every flag with type, default, choices and help) by intercepting its argument parser; the
     result is cached per install. A failure is reported with the interpreter's own stderr, never as
     an empty flag set.
+  - A flag question (O(flags) as a mapping of flag name to value, for example C(reasoning-parser)
+    to C(kimi_k2)) gets a yes or no per flag (RV(flag_answers), RV(accepted)), the valid choices, and a did-you-mean for an
+    unknown flag name or an unknown value.
   - Finds running sglang servers by process title, command line and instance marker, groups them
     into servers (main process, ranks, detokenizer, orphaned members), with user, start time,
-    interpreter, listening ports (IPv4 and IPv6), instance name and the environment variables that
-    matter (secrets redacted).
+    interpreter, listening ports (IPv4 and IPv6), instance name and (with O(detail)) the
+    environment variables that matter (secrets redacted) - only for servers of the user the
+    module runs as (another user's server environment is never shown).
   - With O(ports), asks each port for C(/server_info) (fallback C(/get_server_info)) and
     C(/model_info); a port nobody answers on is reported in the result, not as a failure.
     With O(api_key), a port is asked only when every process holding it is a member of a
@@ -31,6 +43,10 @@ description:
     reported with its holder (RV(ports[].api_key_sent) false, the reason in RV(ports[].error)).
   - Reports GPU compute processes (tagged C(sglang) or C(foreign)), sglang-pattern files in
     C(/dev/shm) and whether a live process holds them, and a list of plain-sentence diagnoses.
+  - Runs on a broken host too - without psutil or requests it reads what it can, lists what it
+    could not in RV(unavailable), and warns naming an interpreter on the host that has them.
+  - GPUs that cannot be read (no NVML, no C(nvidia-smi)) are an Ansible warning unless
+    O(gpu_backend=none).
 author:
   - llmops.sglang contributors (@llmops)
 options:
@@ -61,10 +77,21 @@ options:
     default: false
   flags:
     description:
-      - Return only these flags (implies O(introspect=true)). Names may be given as C(reasoning-parser),
-        C(--reasoning-parser) or C(reasoning_parser). Unknown names are listed in RV(flags_absent).
-    type: list
-    elements: str
+      - The flags to ask about (implies O(introspect=true)) - a list of names (does this sglang have
+        them?), a mapping of name to value (does it accept this value? a null value asks for the
+        name only), or a string C(a,b=v) (the ad-hoc C(-a flags=...) form).
+      - Names may be given as C(reasoning-parser), C(--reasoning-parser) or C(reasoning_parser).
+      - Each question is answered in RV(flag_answers); unknown names are also listed in
+        RV(flags_absent); RV(flags) holds the asked flags that exist.
+    type: raw
+  detail:
+    description:
+      - Return the full data (command lines, parsed arguments and environments of servers,
+        listeners, C(server_info)/C(model_info) of ports, every argparse field of flags,
+        C(/dev/shm) files) instead of the short report.
+      - Another user's server environment is not shown even then.
+    type: bool
+    default: false
   introspect_timeout:
     description: Seconds the introspection may take before it is reported as failed.
     type: int
@@ -112,9 +139,13 @@ attributes:
   diff_mode:
     support: none
     description: Nothing changes, so there is nothing to diff.
+requirements:
+  - Linux (C(/proc)).
+  - psutil and requests for the Python that runs the module (the sglang venv has both); without
+    them the probe still answers what it can (see RV(unavailable)).
 notes:
-  - Requires Linux C(/proc). Processes of other users are listed, but their environment and open
-    files are only visible to root.
+  - Processes of other users are listed; their open files are only visible to root, and their
+    environment is never returned.
 seealso:
   - module: llmops.sglang.sglang_launch
   - module: llmops.sglang.sglang_teardown
@@ -130,6 +161,24 @@ EXAMPLES = r"""
 - name: Fail early when the reasoning parser we need does not exist
   ansible.builtin.assert:
     that: "'kimi_k2' in probe.flags['--reasoning-parser'].choices"
+
+- name: Does this host's sglang accept these values? (yes/no, choices, did-you-mean)
+  llmops.sglang.sglang_probe:
+    venv: /root/ml-env
+    flags:
+      reasoning-parser: kimi_k2
+      tool-call-parser: kimi_k2
+  register: question
+
+- name: Stop when it does not
+  ansible.builtin.assert:
+    that: question.accepted
+    fail_msg: "{{ question.flag_answers | dict2items | map(attribute='value.answer') | list }}"
+
+- name: Everything the probe knows (command lines, environments, server_info, /dev/shm)
+  llmops.sglang.sglang_probe:
+    ports: [30000]
+    detail: true
 
 - name: What runs on port 8000 and with which arguments?
   llmops.sglang.sglang_probe:
@@ -171,9 +220,9 @@ interpreters:
             dist_info: /root/ml-env/lib/python3.11/site-packages/sglang-0.5.23.dist-info}]
 flags:
   description:
-    - Flag name (long form) -> C(option_strings), C(dest), C(type), C(default), C(choices),
-      C(nargs), C(required), C(action), C(help), C(hidden), C(metavar).
-    - Only the flags named in O(flags) when given.
+    - Flag name (long form) -> C(type), C(default), C(choices), C(required), C(help); with
+      O(detail) also C(option_strings), C(dest), C(nargs), C(action), C(hidden), C(metavar).
+    - Only the flags named in O(flags) (and existing) when given.
   returned: when introspect or flags
   type: dict
   sample: {"--reasoning-parser": {option_strings: ["--reasoning-parser"], dest: reasoning_parser,
@@ -184,6 +233,23 @@ flags_absent:
   returned: when flags
   type: list
   elements: str
+flag_answers:
+  description:
+    - One answer per O(flags) question, keyed by the name as asked - C(asked), C(flag) (the long
+      name, null when there is no such flag), C(exists), C(value), C(accepted), C(choices),
+      C(type), C(default), C(did_you_mean) (close flag names for an unknown name, close choices
+      for an unknown value) and C(answer) (one sentence starting with V(yes) or V(no)).
+  returned: when flags
+  type: dict
+  sample: {"reasoning-parser": {asked: reasoning-parser, flag: "--reasoning-parser", exists: true,
+           value: kimi-k2, accepted: false, choices: [deepseek-r1, kimi_k2, qwen3], type: str,
+           default: null, did_you_mean: [kimi_k2],
+           answer: "no: sglang 0.5.23 --reasoning-parser does not accept 'kimi-k2'; did you mean kimi_k2?
+                    (valid choices: deepseek-r1, kimi_k2, qwen3)"}}
+accepted:
+  description: True when every O(flags) question is answered yes.
+  returned: when flags
+  type: bool
 introspection:
   description: How the flags were obtained (cached, seconds, sglang_version, interpreter, source, cache_path).
   returned: when introspect or flags
@@ -191,18 +257,25 @@ introspection:
 servers:
   description:
     - Running sglang servers. C(main) is false for leftover processes whose main process is gone.
-    - Each has id, pid, instance, launch_id, user, start_time, age_seconds, interpreter
-      (cmdline, exe, venv), argv and args (secrets redacted), port, listeners, listening_ports, env,
-      pids, members (pid, ppid, role, rank, state, orphaned, reason, cmdline) and orphaned.
+    - Each has id, pid, main, state, instance, user, age_seconds, port, listening_ports,
+      model_path, tp_size, interpreter (cmdline, venv), pids, members (pid, role, rank, state,
+      orphaned) and orphaned.
+    - C(state) is V(answering) (its port was asked and answered), V(listening), V(not_listening)
+      (starting, or hung before it bound its port), V(stopped) (main process stopped, state T) or
+      V(leftover) (no main process).
+    - With O(detail) also launch_id, state_dir, start_time, interpreter.exe, argv and args (secrets
+      redacted), listeners, other_namespace, env (null and C(env_hidden) true for another user's
+      server) and the members' ppid, pgid, sid, user, start_time, reason and cmdline.
   returned: always
   type: list
   elements: dict
 ports:
   description:
-    - One entry per O(ports) item with listening, listeners, server (id), holders (foreign pids,
-      command lines with secrets masked), reachable, version, server_info and model_info (api keys
-      redacted), error, and api_key_sent (true only when O(api_key) went to a recognised sglang
-      server of O(server_user)).
+    - One entry per O(ports) item with listening, server (id), holders (foreign pids, command lines
+      with secrets masked), reachable, version, model_path and tp_size (from C(server_info)), error,
+      and api_key_sent (true only when O(api_key) went to a recognised sglang server of
+      O(server_user)).
+    - With O(detail) also listeners, endpoint, server_info and model_info (api keys redacted).
   returned: when ports
   type: list
   elements: dict
@@ -211,15 +284,44 @@ gpus:
   returned: always
   type: dict
 shm:
-  description: Files in O(shm_dir) matching sglang's patterns with size, held, held_by.
-  returned: always
+  description: Files in O(shm_dir) matching sglang's patterns with size, held, held_by (leaks are in the diagnosis either way).
+  returned: with detail
   type: list
   elements: dict
 records:
-  description: Launch records in O(state_dir) with whether their process is still alive.
+  description:
+    - Launch records in O(state_dir) - path, name, launch_id, pid, port, log_path, interpreter,
+      venv, sglang_version, start_time - with C(alive), whether their process is still alive
+      (null when the process table could not be read).
   returned: always
   type: list
   elements: dict
+suggested_interpreter:
+  description:
+    - For an interpreter without sglang, or one that failed - what this host's instances run with
+      (python, venv, sglang_version, source), running servers first, then launch records whose
+      server is gone.
+  returned: when the interpreter lacks sglang or failed and an instance was found
+  type: dict
+  sample: {python: /root/ml-env/bin/python, venv: /root/ml-env, sglang_version: 0.5.23,
+           source: "the running instance 'serving' (pid 4242)"}
+unavailable:
+  description:
+    - What could not be read, and why - for example the process table without psutil, or a port's
+      C(server_info) without requests. Empty when everything was read.
+  returned: always
+  type: list
+  elements: str
+  sample: ["port 30000: /server_info and /model_info not read, python /usr/bin/python3 cannot import requests"]
+missing_libraries:
+  description: psutil and/or requests when the module's interpreter cannot import them.
+  returned: when a library is missing
+  type: list
+  elements: str
+interpreter_with_libraries:
+  description: An interpreter on the host that has psutil and requests (null when none was found).
+  returned: when a library is missing
+  type: str
 diagnosis:
   description: Short sentences about what looks wrong.
   returned: always
@@ -228,179 +330,23 @@ diagnosis:
   sample: ["python /usr/bin/python3 has no sglang, but /root/ml-env/bin/python has 0.5.23"]
 """
 
-import glob
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _diagnosis, _exit, _procs
-from ansible_collections.llmops.sglang.plugins.module_utils._discovery import (
-    credential_refusal, find_servers, server_of_pid)
+from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _probe
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._gpus import BACKENDS, query_gpus
-from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import (
-    DEFAULT_SEARCH_PATHS, discover, resolve, running_interpreter_roots)
-from ansible_collections.llmops.sglang.plugins.module_utils._introspect import flag_lookup, introspect
-from ansible_collections.llmops.sglang.plugins.module_utils._ports import listeners
-from ansible_collections.llmops.sglang.plugins.module_utils._record import default_state_dir, read_json
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, redact_result, redact_tree
-from ansible_collections.llmops.sglang.plugins.module_utils._shm import scan
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import redact_result
 
-
-def _holder(pid, procs):
-    proc = procs.get(pid) or _procs.read_proc(pid)
-    if proc is None:
-        return {"pid": pid, "user": None, "cmdline": []}
-    return {"pid": pid, "user": proc.user, "cmdline": mask_cmdline(proc.cmdline) or ["[%s]" % proc.comm]}
-
-
-def probe_port(port, servers, procs, api_key, timeout, server_user):
-    """Who holds `port`, and what it says about itself. The api key goes only to a recognised
-    sglang server of `server_user`; to anything else with a key given, nothing is sent."""
-    # Imported here: ansible.module_utils.urls costs ~0.15 s, paid only when ports are asked for.
-    from ansible_collections.llmops.sglang.plugins.module_utils import _http
-
-    socks = listeners([port])
-    rep = {"port": port, "listening": bool(socks), "listeners": [s.to_dict() for s in socks],
-           "server": None, "holders": [], "reachable": False, "version": None,
-           "server_info": None, "model_info": None, "endpoint": None, "error": None,
-           "api_key_sent": False}
-    if not socks:
-        rep["error"] = "nothing listens on port %d (IPv4 or IPv6)" % port
-        return rep
-    for pid in sorted({p for s in socks for p in s.pids}):
-        server = server_of_pid(servers, pid)
-        if server is not None:
-            rep["server"] = server.id
-        else:
-            rep["holders"].append(_holder(pid, procs))
-    if api_key:
-        refusal = credential_refusal(servers, socks, server_user)
-        if refusal is not None:
-            rep["error"] = ("the api_key was not sent and nothing was asked: %s (the key goes only to an "
-                            "sglang server of user %s)" % (refusal, server_user))
-            return rep
-        rep["api_key_sent"] = True
-    info, error, endpoint = _http.server_info(socks[0].address, port, api_key, timeout)
-    rep["endpoint"] = endpoint
-    if info is None:
-        rep["error"] = "port %d does not answer %s: %s" % (port, endpoint, error)
-        return rep
-    secrets = [api_key]
-    rep["reachable"] = True
-    rep["server_info"] = redact_tree(info, secrets=secrets)
-    rep["version"] = info.get("version")
-    model, model_error = _http.model_info(socks[0].address, port, api_key, timeout)
-    rep["model_info"] = redact_tree(model, secrets=secrets) if model is not None else None
-    if model_error:
-        rep["model_info_error"] = model_error
-    return rep
-
-
-def tag_gpus(report, servers, procs):
-    data = report.to_dict()
-    for gpu in data["gpus"]:
-        for proc in gpu["processes"]:
-            server = server_of_pid(servers, proc["pid"])
-            if server is not None:
-                proc.update(owner="sglang", server=server.id)
-            else:
-                proc.update(owner="foreign", **{k: v for k, v in _holder(proc["pid"], procs).items() if k != "pid"})
-    return data
-
-
-def read_records(state_dir):
-    out = []
-    for path in sorted(glob.glob(os.path.join(state_dir, "*.json"))):
-        if path.endswith(".exit.json"):
-            continue
-        try:
-            rec = read_json(path) or {}
-        except SglangError as exc:
-            out.append({"path": path, "error": exc.msg})
-            continue
-        pid, start = rec.get("pid"), rec.get("start_time")
-        out.append({"path": path, "name": rec.get("name"), "launch_id": rec.get("launch_id"),
-                    "pid": pid, "port": rec.get("port"), "log_path": rec.get("log_path"),
-                    "alive": bool(isinstance(pid, int) and _procs.is_alive(pid, start))})
-    return out
-
-
-def select_flags(all_flags, names):
-    picked, absent = {}, []
-    for name in names:
-        entry = flag_lookup(all_flags, name)
-        if entry is None:
-            absent.append(name)
-        else:
-            key = next((o for o in entry["option_strings"] if o.startswith("--")), entry["option_strings"][0])
-            picked[key] = entry
-    return picked, absent
-
-
-def run_probe(module):
-    p = module.params
-    result = {"changed": False, "interpreter": None, "diagnosis": []}
-    failure = None
-    state_dir = p["state_dir"] or default_state_dir()
-    try:
-        interp = resolve(venv=p["venv"], python=p["python"])
-        result["interpreter"] = interp.to_dict()
-    except SglangError as exc:
-        interp, failure = None, exc
-    # The search globs plus the installs that running servers use (a venv in an unusual place).
-    result["interpreters"] = discover(list(p["search_paths"] or DEFAULT_SEARCH_PATHS) + running_interpreter_roots())
-    if interp is not None and not interp.sglang_installed:
-        own = os.path.abspath(interp.path)
-        elsewhere = [i for i in result["interpreters"] if not i["python"] or os.path.abspath(i["python"]) != own]
-        result["diagnosis"] += _diagnosis.interpreter(result["interpreter"], elsewhere)
-    if failure is None and interp is not None and (p["introspect"] or p["flags"]):
-        if not interp.sglang_installed:
-            failure = SglangError(result["diagnosis"][0] if result["diagnosis"] else
-                                  "python %s has no sglang" % interp.path, reason="sglang_missing")
-        else:
-            try:
-                intro = introspect(interp, cache_dir=os.path.join(state_dir, "introspect-cache"),
-                                   timeout=p["introspect_timeout"])
-            except SglangError as exc:
-                failure = exc
-            else:
-                flags = intro.pop("flags")
-                if p["flags"]:
-                    flags, absent = select_flags(flags, p["flags"])
-                    result["flags_absent"] = absent
-                    result["diagnosis"] += _diagnosis.flags(absent, intro["sglang_version"])
-                result["flags"] = flags
-                result["introspection"] = intro
-
-    procs = _procs.snapshot()
-    servers = find_servers(procs)
-    now = time.time()
-    result["servers"] = [s.to_dict(now) for s in servers]
-    result["diagnosis"] += _diagnosis.servers(result["servers"], now)
-    if p["ports"]:
-        user = p["server_user"] or _procs.username(os.geteuid())
-        result["ports"] = [probe_port(port, servers, procs, p["api_key"], p["http_timeout"], user)
-                           for port in p["ports"]]
-        result["diagnosis"] += _diagnosis.ports(result["ports"], {s["id"]: s for s in result["servers"]}, now)
-    result["gpus"] = tag_gpus(query_gpus(p["gpu_backend"]), servers, procs)
-    result["diagnosis"] += _diagnosis.gpus(result["gpus"])
-    result["shm"] = [e.to_dict() for e in scan(p["shm_dir"])]
-    result["diagnosis"] += _diagnosis.shm(result["shm"])
-    result["records"] = read_records(state_dir) if os.path.isdir(state_dir) else []
-    result["diagnosis"] += ["launch record %s names pid %s, which is gone" % (r["path"], r["pid"])
-                            for r in result["records"] if r.get("pid") and not r.get("alive")]
-    return result, failure
+# _gpus.BACKENDS, not imported from there: _gpus needs the process layer (psutil), and the probe
+# must start (and say what it could not read) on a host without it.
+GPU_BACKENDS = ("auto", "nvml", "nvidia-smi", "none")
 
 
 def _body(module):
     """The probe; its result (or failure) leaves through the one result redaction."""
     secrets = [module.params["api_key"]]
-    for port in module.params["ports"] or []:
-        if not 1 <= port <= 65535:
-            raise SglangError("port %d is not in 1..65535" % port, reason="bad_input")
-    result, failure = run_probe(module)
+    _probe.check_params(module.params)
+    result, failure = _probe.run(module.params, module.warn)
+    result = _probe.report(result, module.params["detail"])
     if failure is not None:
         details = dict(failure.details)
         details.setdefault("reason", "probe_failed")
@@ -416,13 +362,14 @@ def main():
             python=dict(type="str"),
             search_paths=dict(type="list", elements="str"),
             introspect=dict(type="bool", default=False),
-            flags=dict(type="list", elements="str"),
+            flags=dict(type="raw"),
+            detail=dict(type="bool", default=False),
             introspect_timeout=dict(type="int", default=180),
             ports=dict(type="list", elements="int"),
             api_key=dict(type="str", no_log=True),
             server_user=dict(type="str"),
             http_timeout=dict(type="float", default=5),
-            gpu_backend=dict(type="str", choices=list(BACKENDS), default="auto"),
+            gpu_backend=dict(type="str", choices=list(GPU_BACKENDS), default="auto"),
             shm_dir=dict(type="path", default="/dev/shm"),
             state_dir=dict(type="path"),
         ),

@@ -119,10 +119,12 @@ if server:
         subprocess.Popen(server["argv"], env=server["env"], stdout=log, stderr=subprocess.STDOUT,
                          stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 60
-    while _http.request("127.0.0.1", server["port"], "/health", timeout=1).status != 200:
+    while server.get("settle") is None and \
+            _http.request("127.0.0.1", server["port"], "/health", timeout=1).status != 200:
         if time.monotonic() > deadline:
             sys.exit("the server did not become healthy; see " + server["log"])
         time.sleep(0.1)
+    time.sleep(server.get("settle") or 0)
 print(json.dumps(run_module_with(spec["python"], spec["module"], spec["args"])))
 """
 
@@ -130,7 +132,8 @@ print(json.dumps(run_module_with(spec["python"], spec["module"], spec["args"])))
 def run_in_private_pidns(python: str, module: str, args: Dict[str, Any],
                          server: Optional[Dict[str, Any]] = None, timeout: float = 180) -> Dict[str, Any]:
     """Run `module` with `python` as the only thing in a private PID namespace besides `server`
-    ({argv, env, port, log}, started first and healthy before the module runs): whatever the
+    ({argv, env, port, log}, started first and healthy before the module runs - or, with
+    `settle: seconds`, just given that long): whatever the
     module finds by looking at all processes is only what this test started, and every
     process in the namespace dies with it (`--kill-child`)."""
     spec = {"python": python, "module": module, "args": args, "server": server}

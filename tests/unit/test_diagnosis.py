@@ -78,3 +78,32 @@ def test_holder_command_lines_are_masked_in_sentences():
                 "holders": [{"pid": 7, "user": "bob", "cmdline": ["srv --api-key s3cretvalue", "--token", "tok3n"]}]}]
     out = G.ports(reports, {})
     assert out and "s3cretvalue" not in out[0] and "tok3n" not in out[0] and "pid 7 (user bob)" in out[0]
+
+
+def test_interpreter_names_the_venv_the_running_instance_uses_not_any_install():
+    interp = {"path": "/usr/bin/python3", "sglang_installed": False}
+    use = [{"python": "/root/ml-env/bin/python", "venv": "/root/ml-env", "sglang_version": "0.5.23",
+            "source": "the running instance 'serving' (pid 42)"}]
+    out = G.interpreter(interp, [{"python": "/opt/old/bin/python", "sglang_version": "0.5.6"}], use)
+    assert out == ["python /usr/bin/python3 has no sglang; the running instance 'serving' (pid 42) uses "
+                   "/root/ml-env/bin/python (sglang 0.5.23): use venv: /root/ml-env"]
+    bare = dict(use[0], venv=None, sglang_version=None)
+    assert G.suggestion(bare).endswith("uses /root/ml-env/bin/python: use python: /root/ml-env/bin/python")
+
+
+def test_flags_did_you_mean_and_rejected_values():
+    answers = {"reasoning-parsr": {"exists": False, "accepted": False, "did_you_mean": ["--reasoning-parser"]},
+               "tool-call-parser": {"exists": True, "accepted": False, "flag": "--tool-call-parser",
+                                    "answer": "no: sglang 0.5.23 --tool-call-parser does not accept 'x'"},
+               "tp-size": {"exists": True, "accepted": True, "flag": "--tp-size", "answer": "yes: ..."}}
+    out = G.flags(["reasoning-parsr"], "0.5.23", answers)
+    assert out == ["flag reasoning-parsr does not exist in sglang 0.5.23; did you mean --reasoning-parser?",
+                   "sglang 0.5.23 --tool-call-parser does not accept 'x'"]
+
+
+def test_dependencies_sentence():
+    assert G.dependencies([], "/usr/bin/python3", None) == []
+    named = G.dependencies(["psutil"], "/usr/bin/python3", "/root/ml-env/bin/python")
+    assert named == ["python /usr/bin/python3 (running this module) cannot import psutil: rerun with "
+                     "`-e ansible_python_interpreter=/root/ml-env/bin/python`"]
+    assert "no interpreter on this host" in G.dependencies(["psutil", "requests"], "/usr/bin/python3", None)[0]

@@ -158,3 +158,20 @@ def test_member_command_lines_are_masked_also_inside_titles(environs):
     servers = D.find_servers(table(*procs), with_ports=False)
     text = repr([s.to_dict(0) for s in servers])
     assert "s3cret" not in text and "********" in text
+
+
+def test_another_users_server_environment_is_never_shown(environs):
+    """Root can read every environment; the probe shows only its own user's (or server_user's)."""
+    theirs = [P(60, 1, [VENV_PY, "-m", "sglang.launch_server", "--model-path", "m", "--port", "8100"])]
+    theirs[0].uid = 4321
+    environs[theirs[0].pid] = {"NCCL_PROTO": "Simple", "LLMOPS_SGLANG_INSTANCE": "bob-inst"}
+    mine = server_tp2()
+    environs[mine[0].pid] = {"NCCL_PROTO": "LL"}
+    servers = {s.id: s for s in D.find_servers(table(*theirs, *mine), with_ports=False)}
+    bob = servers[str(BASE + 60)].to_dict(0)
+    assert bob["env"] is None and bob["env_hidden"] is True
+    assert bob["instance"] == "bob-inst"  # the launch marker still identifies it
+    own = servers[str(BASE + 10)].to_dict(0)
+    assert own["env"] == {"NCCL_PROTO": "LL"} and own["env_hidden"] is False
+    shown = servers[str(BASE + 60)].to_dict(0, env_users=[_procs.username(4321)])
+    assert shown["env"] == {"LLMOPS_SGLANG_INSTANCE": "bob-inst", "NCCL_PROTO": "Simple"}

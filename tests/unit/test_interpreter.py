@@ -154,3 +154,31 @@ def test_where_is_sglang_excludes_the_interpreter_itself(tmp_path, monkeypatch):
     assert [o["python"] for o in others] == [os.path.join(root, "bin", "python")]
     same = I.Interpreter(path=os.path.join(root, "bin", "python"))
     assert I.where_is_sglang(same, [root]) == []
+
+
+def test_in_use_prefers_running_instances_then_dead_records(tmp_path):
+    from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import in_use
+
+    servers = [
+        {"main": True, "pid": 7, "user": "bob", "instance": None,
+         "interpreter": {"cmdline": "/home/bob/env/bin/python", "venv": "/home/bob/env"}},
+        {"main": True, "pid": 9, "user": "root", "instance": None,
+         "interpreter": {"cmdline": "/opt/other/bin/python", "venv": "/opt/other"}},
+        {"main": True, "pid": 8, "user": "root", "instance": "serving",
+         "interpreter": {"cmdline": "/root/ml-env/bin/python", "venv": "/root/ml-env"}},
+        {"main": False, "pid": None, "user": "root", "instance": None, "interpreter": {}},
+        {"main": True, "pid": 5, "user": "root", "instance": "broken",
+         "interpreter": {"cmdline": "/usr/bin/python3", "venv": None}},
+        {"main": True, "pid": 4, "user": "root", "instance": "in-a-container", "other_namespace": True,
+         "interpreter": {"cmdline": "/container/env/bin/python", "venv": "/container/env"}},
+    ]
+    records = [{"name": "old", "path": "/s/old.json", "alive": False, "interpreter": "/opt/old/bin/python",
+                "venv": "/opt/old", "sglang_version": "0.5.6"},
+               {"name": "serving", "alive": True, "interpreter": "/root/ml-env/bin/python", "venv": "/root/ml-env"}]
+    installs = [{"python": "/root/ml-env/bin/python", "venv": "/root/ml-env", "sglang_version": "0.5.23"}]
+    got = in_use(servers, records, installs, exclude="/usr/bin/python3", user="root")
+    assert [g["python"] for g in got] == ["/root/ml-env/bin/python", "/opt/other/bin/python",
+                                          "/home/bob/env/bin/python", "/opt/old/bin/python"]
+    assert got[0]["source"] == "the running instance 'serving' (pid 8)" and got[0]["sglang_version"] == "0.5.23"
+    assert got[1]["sglang_version"] is None
+    assert got[3]["sglang_version"] == "0.5.6" and "last launch of instance 'old'" in got[3]["source"]
