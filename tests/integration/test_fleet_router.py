@@ -123,6 +123,15 @@ def test_a_host_that_fails_stays_out_and_the_roll_stops(tmp_path, router_py: str
         assert fleet.router_workers()[0]["id"] == routed[fleet.worker_url("w2")]
         assert fleet.pids()["w2"] == before["w2"]
         assert load.summary()["failed"] == 0, load.summary()
+        # the next run (fault gone) restarts w1, checks it and puts it back; w2 stays untouched
+        fix = fleet.play("restart_fleet.yml")
+        out = fix.stdout + fix.stderr
+        assert fix.returncode == 0, out[-5000:]
+        now = {w["url"]: w for w in fleet.router_workers()}
+        assert sorted(now) == sorted(fleet.worker_url(h) for h in fleet.hosts)
+        assert all(w["is_healthy"] for w in now.values())
+        assert now[fleet.worker_url("w2")]["id"] == routed[fleet.worker_url("w2")]
+        assert fleet.pids()["w2"] == before["w2"] and recap(out)["w2"]["changed"] == 0
     finally:
         fleet.stop_router()
         fleet.down()
