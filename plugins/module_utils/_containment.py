@@ -1,12 +1,14 @@
 """PRIVATE to llmops.sglang. Which containment a launch gets, and teardown by cgroup.
 
 Backends:
+  systemd where PID 1 is systemd: a transient unit per instance (see _containment_systemd); the
+          unit's cgroup holds the supervisor from its exec on, so the server and everything it
+          forks is a member.
   cgroup  the instance gets its own cgroup v2 directory (see _cgroup); the supervisor joins it
           before the server exists, so the server and every process it ever forks is a member,
           whatever it does to its session, parent, title or environment.
   none    no cgroup; members are found as before (launch record, process group, session,
           environment marker, titles, TMPDIR, log fd).
-  systemd (a transient unit per instance) is designed but not built: `choose` says so.
 
 Teardown of a contained instance (`stop`) signals only processes listed in the instance's cgroup
 at the moment of signalling, each through a pidfd checked as a member after it was opened; the
@@ -21,13 +23,11 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _pidfd, _procs, _record, _redact
+from ansible_collections.llmops.sglang.plugins.module_utils import _containment_systemd as _systemd
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 BACKENDS = ("auto", "systemd", "cgroup", "none")
-# The systemd backend (systemd-run transient unit) ships only once it is tested under a real
-# systemd; until then `systemd` is refused and `auto` never picks it.
-SYSTEMD_BUILT = False
-SYSTEMD_RUNTIME_DIR = "/run/systemd/system"   # exists iff PID 1 is systemd (sd_booted(3))
+CONTAINED = ("cgroup", "systemd")
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # While waiting for the grace period, look for members forked after the SIGTERM this often.
 RESCAN_S = 0.1
@@ -36,16 +36,8 @@ CMDLINE_LIMIT = 200
 
 # --- choosing ---------------------------------------------------------------------------------
 
-def systemd_is_pid1() -> bool:
-    return os.path.isdir(SYSTEMD_RUNTIME_DIR)
-
-
 def _systemd_status() -> Tuple[bool, str]:
-    if not SYSTEMD_BUILT:
-        return False, "the systemd backend is not part of this release"
-    if not systemd_is_pid1():
-        return False, "PID 1 is not systemd (%s does not exist)" % SYSTEMD_RUNTIME_DIR
-    return True, "PID 1 is systemd"
+    return _systemd.available()
 
 
 def _cgroup_status() -> Tuple[bool, str]:
@@ -74,7 +66,7 @@ def choose(requested: str) -> Tuple[str, str]:
         return "cgroup", cg_why
     if sd_ok:
         return "systemd", "auto: %s" % sd_why
-    sd_note = "systemd not used (%s)" % sd_why if systemd_is_pid1() else "PID 1 is not systemd"
+    sd_note = "systemd not used (%s)" % sd_why if _systemd.pid1_is_systemd() else "PID 1 is not systemd"
     if cg_ok:
         return "cgroup", "auto: %s; %s" % (sd_note, cg_why)
     return "none", "auto: %s; cgroup not used (%s): members are found by the launch record, session, marker " \
@@ -101,7 +93,13 @@ def _mount_or_fail() -> str:
 
 def launch_problem(name: str, backend: str) -> Optional[str]:
     """Why a launch with `backend` would be refused, checked without creating anything (check
-    mode): the instance cgroup belongs to another user or still holds processes."""
+    mode): the instance cgroup (or unit) belongs to another user or still holds processes."""
+    if backend == "systemd":
+        unit = _systemd.unit_name(_record.validate_name(name))
+        state = _systemd.active_state(unit)
+        if state in _systemd.BUSY:
+            return "unit %s is %s: another launch of instance %r is still running" % (unit, state, name)
+        return None
     if backend != "cgroup":
         return None
     mount = _cgroup.v2_mount()
@@ -132,15 +130,39 @@ def prepare(name: str, backend: str, why: str = "") -> Dict[str, Any]:
         return {"containment": "cgroup", "containment_why": why, "cgroup": path, "cgroup_id": _cgroup.cgroup_id(path),
                 "boot_id": boot_id()}
     if backend == "systemd":
-        raise SglangError("containment systemd is not available: %s" % _systemd_status()[1],
-                          reason="containment_unavailable")
-    raise SglangError("containment backend must be none or cgroup for a launch, got %r" % (backend,),
+        ok, sd_why = _systemd.available()
+        if not ok:
+            raise SglangError("containment systemd is not available: %s" % sd_why, reason="containment_unavailable")
+        unit = _systemd.unit_name(_record.validate_name(name))
+        problem = launch_problem(name, "systemd")
+        if problem:
+            raise SglangError(problem + "; stop it with sglang_teardown first", reason="cgroup_busy", unit=unit)
+        _systemd.release(unit)  # a failed run of the unit must not keep the name taken
+        # cgroup and cgroup_id exist once the unit runs (systemd makes the cgroup): see unit_started
+        return {"containment": "systemd", "containment_why": why, "unit": unit, "cgroup": None, "cgroup_id": None,
+                "boot_id": boot_id()}
+    raise SglangError("containment backend must be none, cgroup or systemd for a launch, got %r" % (backend,),
                       reason="bad_option")
+
+
+def unit_started(fields: Dict[str, Any]) -> None:
+    """Fill in the cgroup of a unit just started (systemd made it, with a fresh id)."""
+    path = _systemd.cgroup_path(fields["unit"])
+    if path is None or not os.path.isdir(path):
+        raise SglangError("unit %s runs but has no cgroup v2 directory" % fields["unit"],
+                          reason="containment_failed", unit=fields["unit"])
+    fields.update(cgroup=path, cgroup_id=_cgroup.cgroup_id(path))
 
 
 def discard(fields: Dict[str, Any]) -> None:
     """Kill whatever is in a launch's cgroup and remove it (a launch that failed after the spawn)."""
     path = fields.get("cgroup")
+    if fields.get("containment") == "systemd" and fields.get("unit"):
+        _systemd.kill(fields["unit"], "SIGKILL")
+        if isinstance(path, str):
+            _cgroup.wait_empty(path, time.monotonic() + 5.0)
+        _systemd.release(fields["unit"])
+        return
     if fields.get("containment") != "cgroup" or not isinstance(path, str):
         return
     if _cgroup.populated(path):
@@ -154,7 +176,7 @@ def discard(fields: Dict[str, Any]) -> None:
 def is_contained(record: Optional[Dict[str, Any]]) -> bool:
     """True for records of a contained launch. Records from before containment (no field) and
     containment none are found and torn down the old way."""
-    return bool(record) and record.get("containment") == "cgroup"  # type: ignore[union-attr]
+    return bool(record) and record.get("containment") in CONTAINED  # type: ignore[union-attr]
 
 
 def resolve(record: Optional[Dict[str, Any]]) -> Tuple[Optional[str], List[str]]:
@@ -170,8 +192,17 @@ def resolve(record: Optional[Dict[str, Any]]) -> Tuple[Optional[str], List[str]]
     mount = _cgroup.v2_mount()
     if not isinstance(name, str) or mount is None:
         return None, ["no cgroup v2 hierarchy is mounted or the record names no instance"]
-    path = _cgroup.instance_path(mount, _record.validate_name(name))
     notes: List[str] = []
+    if record.get("containment") == "systemd":
+        unit = _systemd.unit_name(_record.validate_name(name))
+        if record.get("unit") != unit:
+            notes.append("the record names unit %r; the instance's is %s" % (record.get("unit"), unit))
+        found = _systemd.cgroup_path(unit)
+        if found is None:
+            return None, notes + ["unit %s has no cgroup: nothing of the launch is left" % unit]
+        path = found
+    else:
+        path = _cgroup.instance_path(mount, _record.validate_name(name))
     if record.get("cgroup") != path:
         notes.append("the record names cgroup %r; this host keeps the instance's at %s" % (record.get("cgroup"), path))
     rec_boot = record.get("boot_id")
@@ -244,10 +275,29 @@ def _grace(path: str, handles: Dict[int, _pidfd.Handle], info: Dict[int, Dict[st
         sent.extend(_send(handles, new, signal.SIGTERM))
 
 
+def _kill(record: Dict[str, Any], path: str) -> str:
+    if record.get("containment") == "systemd":
+        unit = _systemd.unit_name(record["name"])
+        if _systemd.kill(unit, "SIGKILL"):
+            return "systemctl kill --signal=SIGKILL"
+    return _cgroup.kill(path)
+
+
+def _remove(record: Dict[str, Any], path: str, deadline: float) -> bool:
+    """rmdir the cgroup; for a unit, stop and forget it, and systemd removes its cgroup."""
+    if record.get("containment") != "systemd":
+        return _cgroup.remove(path)
+    _systemd.release(_systemd.unit_name(record["name"]))
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(_cgroup.POLL_S)
+    return not os.path.exists(path)
+
+
 def stop(record: Optional[Dict[str, Any]], grace_period: float, deadline: float) -> Dict[str, Any]:
     """Stop a contained instance by its cgroup: SIGTERM to every member, wait for `populated 0`
-    up to `grace_period` seconds, then cgroup.kill and wait up to `deadline` (a time.monotonic()
-    value), then rmdir. Only members of the record's own cgroup are ever signalled.
+    up to `grace_period` seconds, then cgroup.kill (systemctl kill for a unit) and wait up to
+    `deadline` (a time.monotonic() value), then rmdir (unit stopped: systemd removes the cgroup).
+    Only members of the record's own cgroup are ever signalled.
 
     Returns: containment, cgroup, changed (a process was signalled), members (pid, name, user,
     cmdline, ended: SIGTERM | SIGKILL | alive), killed_with, empty, removed, survivors, notes,
@@ -283,13 +333,13 @@ def stop(record: Optional[Dict[str, Any]], grace_period: float, deadline: float)
                     continue
                 handles[pid] = handle
                 info[pid] = dict(_describe(pid), appeared="after SIGTERM")
-            result["killed_with"] = _cgroup.kill(path)
+            result["killed_with"] = _kill(record, path)  # type: ignore[arg-type]
             empty = _cgroup.wait_empty(path, deadline)
         t2 = time.monotonic()
         for pid, handle in handles.items():
             ended.setdefault(pid, "SIGKILL" if empty or handle.exited() else "alive")
         survivors = sorted(_cgroup.members(path)) if not empty else []
-        removed = empty and _cgroup.remove(path)
+        removed = empty and _remove(record, path, max(deadline, time.monotonic() + 1.0))  # type: ignore[arg-type]
         t3 = time.monotonic()
     finally:
         for handle in handles.values():

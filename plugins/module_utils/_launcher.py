@@ -11,7 +11,10 @@ is reported.
 
 With cgroup containment the instance cgroup is created (fresh, or refused when a running launch
 still has processes in it) before the spawn, the supervisor joins it before it starts the server,
-and the launch is accepted only when supervisor and server are both seen inside it.
+and the launch is accepted only when supervisor and server are both seen inside it. With systemd
+containment the supervisor is the main process of a transient unit (systemd-run), whose cgroup it
+is born in; its payload (argv and the whole server environment) comes from a 0600 file, never
+from the unit's properties, which every local user can read.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
     _cgroup, _containment, _procs, _record, _redact, _supervisor)
+from ansible_collections.llmops.sglang.plugins.module_utils import _containment_systemd as _systemd
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -56,8 +60,9 @@ class LaunchSpec:
     spawn_timeout: float = SPAWN_TIMEOUT
     # More fields for the record (fingerprint, port, ...), so it is complete from its first write.
     record_fields: Dict[str, Any] = field(default_factory=dict)
-    # The backend _containment.choose picked: "none" or "cgroup" (the supervisor joins the
-    # instance cgroup before the server starts), and why it was picked (kept in the record).
+    # The backend _containment.choose picked: "none", "cgroup" (the supervisor joins the instance
+    # cgroup before the server starts) or "systemd" (the supervisor is a transient unit's main
+    # process), and why it was picked (kept in the record).
     containment: str = "none"
     containment_why: str = ""
 
@@ -211,9 +216,28 @@ def _exit_text(exit_data: Optional[Dict[str, Any]], returncode: Optional[int]) -
     return "unknown exit status"
 
 
+class UnitSupervisor:
+    """The supervisor as the main process of a systemd unit: PID 1's child, not this process's.
+    Its exit status is known only from the exit file (poll() answers -1 once it is gone)."""
+
+    def __init__(self, pid: int, unit: str) -> None:
+        self.pid = pid
+        self.unit = unit
+        self.returncode: Optional[int] = None
+        proc = _procs.read_proc(pid)
+        self.start_time = proc.start_time if proc else None
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None and not _procs.is_alive(self.pid, self.start_time):
+            self.returncode = -1
+        return self.returncode
+
+
 def exit_status(sup: "subprocess.Popen[bytes]") -> Optional[int]:
     """The supervisor's exit status once it has exited, WITHOUT reaping it: until it is reaped
     its pid - the launch's process group and session id - cannot be reused by anyone else."""
+    if isinstance(sup, UnitSupervisor):
+        return sup.poll()
     if sup.returncode is not None:
         return sup.returncode
     try:
@@ -336,6 +360,42 @@ def _start(spec: LaunchSpec, env: Dict[str, str], tmpdir: str, exit_path: str, l
         os.close(stdin_fd)
 
 
+def _start_unit(spec: LaunchSpec, env: Dict[str, str], tmpdir: str, exit_path: str, launch_id: str,
+                log_path: str, contained: Dict[str, Any]) -> UnitSupervisor:
+    """systemd-run the supervisor with its payload (env included) on stdin from a 0600 file."""
+    payload_file = _record.payload_path(spec.state_dir, spec.name)
+    _record.write_bytes_atomic(payload_file, _supervisor.payload(exit_path, launch_id, spec.argv, None, env))
+    try:
+        pid = _systemd.start(contained["unit"], _supervisor.command(spec.python, spec.name), payload_file, log_path,
+                             tmpdir)
+        _containment.unit_started(contained)
+    except BaseException:
+        _remove_payload(spec)
+        raise
+    return UnitSupervisor(pid, contained["unit"])
+
+
+def _remove_payload(spec: LaunchSpec) -> None:
+    """The payload holds secrets: gone as soon as the supervisor has read it (or failed)."""
+    try:
+        os.unlink(_record.payload_path(spec.state_dir, spec.name))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise _record.io_error("remove the supervisor payload", _record.payload_path(spec.state_dir, spec.name), exc)
+
+
+def _stop_launch(sup: Any, contained: Dict[str, Any]) -> List[int]:
+    """After a failed launch: the cgroup first (it reaches members that left the session), then
+    the session of a supervisor we started ourselves. A unit's session is not ours to killpg:
+    once its main process is reaped by PID 1 the id may be anyone's."""
+    _containment.discard(contained)
+    if isinstance(sup, UnitSupervisor):
+        path = contained.get("cgroup")
+        return _cgroup.members(path) if isinstance(path, str) else []
+    return stop_session(sup)
+
+
 def spawn(spec: LaunchSpec) -> Dict[str, Any]:
     """Start the server; return the launch record (already written, complete). Raises
     SglangError (with `log_tail` when the server is gone within the first moments); any failure
@@ -359,7 +419,10 @@ def _spawn(spec: LaunchSpec, tmpdir: str, exit_path: str, contained: Dict[str, A
     try:
         link = update_log_link(spec.log_dir, spec.name, log_path)
         prune_logs(spec.log_dir, spec.name, spec.keep_logs, log_path)
-        sup = _start(spec, env, tmpdir, exit_path, launch_id, log_fd, contained.get("cgroup"))
+        if contained.get("containment") == "systemd":
+            sup: Any = _start_unit(spec, env, tmpdir, exit_path, launch_id, log_path, contained)
+        else:
+            sup = _start(spec, env, tmpdir, exit_path, launch_id, log_fd, contained.get("cgroup"))
     finally:
         os.close(log_fd)
     sup_proc = _procs.read_proc(sup.pid)
@@ -380,13 +443,16 @@ def _spawn(spec: LaunchSpec, tmpdir: str, exit_path: str, contained: Dict[str, A
     record.update(contained)
     try:
         _record.write_record(spec.state_dir, spec.name, record)
-        server = _await_server(spec, sup, exit_path, launch_id, log_path)
+        try:
+            server = _await_server(spec, sup, exit_path, launch_id, log_path)
+        finally:
+            if isinstance(sup, UnitSupervisor):
+                _remove_payload(spec)
         _check_contained(contained, sup.pid, server.pid)
         record.update(pid=server.pid, start_time=server.start_time)
         _record.write_record(spec.state_dir, spec.name, record)
     except BaseException as exc:
-        _containment.discard(contained)  # first: it reaches members that left the session
-        left = stop_session(sup)
+        left = _stop_launch(sup, contained)
         if isinstance(exc, SglangError):
             details = dict(exc.details)
             details.setdefault("launch_id", launch_id)
@@ -425,7 +491,7 @@ def _await_server(spec: LaunchSpec, sup: "subprocess.Popen[bytes]", exit_path: s
 def _check_contained(contained: Dict[str, Any], sup_pid: int, server_pid: int) -> None:
     """Supervisor and server must both be in the instance cgroup, or the launch is not contained."""
     path = contained.get("cgroup")
-    if contained.get("containment") != "cgroup" or not isinstance(path, str):
+    if contained.get("containment") not in _containment.CONTAINED or not isinstance(path, str):
         return
     inside = set(_cgroup.members(path))
     outside = [pid for pid in (sup_pid, server_pid) if pid not in inside]

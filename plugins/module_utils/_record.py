@@ -20,11 +20,12 @@ from typing import Any, Dict, List, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
-# 1: the first format. 2: + containment, containment_why, cgroup, cgroup_id, boot_id (a record
-# without them is read as containment none: its server is found and stopped the old way).
+# 1: the first format. 2: + containment, containment_why, cgroup, cgroup_id, boot_id, and unit for
+# the systemd backend (a record without them is read as containment none: its server is found
+# and stopped the old way).
 RECORD_VERSION = 2
-# No dots: <name>.json, <name>.exit.json, <name>.tmp, <name>.lock, <name>.restart.lock and
-# <name>-<stamp>.log can then never be another instance's file.
+# No dots: <name>.json, <name>.exit.json, <name>.tmp, <name>.lock, <name>.restart.lock,
+# <name>.payload and <name>-<stamp>.log can then never be another instance's file.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -54,6 +55,11 @@ def exit_path(state_dir: str, name: str) -> str:
 
 def tmpdir_path(state_dir: str, name: str) -> str:
     return os.path.join(state_dir, "%s.tmp" % validate_name(name))
+
+
+def payload_path(state_dir: str, name: str) -> str:
+    """The supervisor's payload for the systemd backend (0600, deleted once the server exists)."""
+    return os.path.join(state_dir, "%s.payload" % validate_name(name))
 
 
 # --- errors that name their path -------------------------------------------------------------

@@ -24,7 +24,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
@@ -119,7 +119,9 @@ def main():
     signal.signal(signal.SIGHUP, lambda s, f: None)
     try:
         # stdin/stdout/stderr are inherited: /dev/null and this launch's log file.
-        child = subprocess.Popen(argv, close_fds=True)
+        # env None: the server inherits this process's environment (the launch's own); the
+        # systemd backend sends it in the payload instead (unit properties are readable by all)
+        child = subprocess.Popen(argv, close_fds=True, env=PAYLOAD.get("env"))
     except OSError as exc:
         error = "cannot execute %s: %s" % (argv[0], exc.strerror or exc)
         say(error)
@@ -145,10 +147,12 @@ def command(python: str, name: str) -> List[str]:
     return [python, "-I", "-S", "-c", BOOTSTRAP, TITLE, name]
 
 
-def payload(exit_path: str, launch_id: str, server_argv: List[str], cgroup: Optional[str] = None) -> bytes:
-    """`cgroup`: the instance cgroup the supervisor joins first thing (None: stay where it is)."""
+def payload(exit_path: str, launch_id: str, server_argv: List[str], cgroup: Optional[str] = None,
+            env: Optional[Dict[str, str]] = None) -> bytes:
+    """`cgroup`: the instance cgroup the supervisor joins first thing (None: stay where it is).
+    `env`: the server's whole environment (None: the supervisor's own, passed on)."""
     return json.dumps({"source": SOURCE, "exit_path": exit_path, "launch_id": launch_id,
-                       "argv": list(server_argv), "cgroup": cgroup}).encode("ascii")
+                       "argv": list(server_argv), "cgroup": cgroup, "env": env}).encode("ascii")
 
 
 def payload_pipe(data: bytes) -> int:

@@ -22,6 +22,7 @@ import urllib.request
 import uuid
 from typing import Any, Dict, Iterator, List, Optional
 
+import psutil
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
@@ -302,7 +303,7 @@ def test_a_record_from_the_previous_version_is_still_torn_down(emulator_python, 
 
 UNPRIVILEGED = r"""
 import json, os, sys, time
-sys.path.insert(0, sys.argv[2])
+sys.path[:0] = [sys.argv[2], sys.argv[1] + "/site"]
 from ansible_collections.llmops.sglang.plugins.module_utils import _containment, _launcher, _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 backend, why = _containment.choose("auto")
@@ -328,6 +329,11 @@ def test_an_unprivileged_user_falls_back_to_none_and_says_why():
     a named cgroup backend is refused, and a launch still works the old way."""
     base = tempfile.mkdtemp(prefix="llmops-unpriv-", dir="/tmp")
     try:
+        # the system python, with the controller venv's psutil (abi3) where the user can read it
+        shutil.copytree(os.path.dirname(psutil.__file__), os.path.join(base, "site", "psutil"))
+        for root, dirs, files in os.walk(base):
+            for entry in dirs + files:
+                os.chown(os.path.join(root, entry), 65534, 65534)
         os.chown(base, 65534, 65534)
         proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
                                UNPRIVILEGED, base, COLLECTIONS], capture_output=True, text=True, timeout=60,

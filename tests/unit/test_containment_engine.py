@@ -82,39 +82,43 @@ def _reap(proc: "subprocess.Popen[bytes]") -> None:
 
 # --- choose -----------------------------------------------------------------------------------
 
-def _host(monkeypatch, pid1_systemd: bool, built: bool, cgroup_ok: bool) -> None:
-    monkeypatch.setattr(_containment, "SYSTEMD_BUILT", built)
-    monkeypatch.setattr(_containment, "systemd_is_pid1", lambda: pid1_systemd)
+def _host(monkeypatch, pid1_systemd: bool, systemd_usable: bool, cgroup_ok: bool) -> None:
+    """PID 1 systemd or not; systemd_usable: root, systemd-run present (when PID 1 is systemd)."""
+    sd = (True, "PID 1 is systemd: a transient unit per instance") if pid1_systemd and systemd_usable else \
+        (False, "PID 1 is systemd, but units of the system manager need root (uid 7)") if pid1_systemd else \
+        (False, "PID 1 is not systemd (/run/systemd/system does not exist)")
+    monkeypatch.setattr(_containment, "_systemd_status", lambda: sd)
+    monkeypatch.setattr(_containment._systemd, "pid1_is_systemd", lambda: pid1_systemd)
     monkeypatch.setattr(_containment, "_cgroup_status",
                         lambda: (cgroup_ok, "cgroup v2 at /x is writable" if cgroup_ok else "/x is not writable by uid 7"))
 
 
 def test_auto_prefers_systemd_then_cgroup_then_none(monkeypatch) -> None:
-    _host(monkeypatch, pid1_systemd=True, built=True, cgroup_ok=True)
+    _host(monkeypatch, pid1_systemd=True, systemd_usable=True, cgroup_ok=True)
     assert _containment.choose("auto")[0] == "systemd"
-    _host(monkeypatch, pid1_systemd=True, built=False, cgroup_ok=True)
+    _host(monkeypatch, pid1_systemd=True, systemd_usable=False, cgroup_ok=True)
     backend, why = _containment.choose("auto")
-    assert backend == "cgroup" and "not part of this release" in why and "writable" in why
-    _host(monkeypatch, pid1_systemd=False, built=True, cgroup_ok=True)
+    assert backend == "cgroup" and "systemd not used" in why and "need root" in why and "writable" in why
+    _host(monkeypatch, pid1_systemd=False, systemd_usable=True, cgroup_ok=True)
     backend, why = _containment.choose("auto")
     assert backend == "cgroup" and "PID 1 is not systemd" in why
-    _host(monkeypatch, pid1_systemd=False, built=False, cgroup_ok=False)
+    _host(monkeypatch, pid1_systemd=False, systemd_usable=False, cgroup_ok=False)
     backend, why = _containment.choose("auto")
     assert backend == "none" and "not writable by uid 7" in why
 
 
 def test_a_named_backend_that_is_not_available_is_refused_with_the_reason(monkeypatch) -> None:
-    _host(monkeypatch, pid1_systemd=False, built=False, cgroup_ok=False)
+    _host(monkeypatch, pid1_systemd=False, systemd_usable=False, cgroup_ok=False)
     with pytest.raises(SglangError) as err:
         _containment.choose("cgroup")
     assert err.value.details["reason"] == "containment_unavailable" and "not writable by uid 7" in err.value.msg
     with pytest.raises(SglangError) as err:
         _containment.choose("systemd")
-    assert err.value.details["reason"] == "containment_unavailable" and "not part of this release" in err.value.msg
-    _host(monkeypatch, pid1_systemd=False, built=True, cgroup_ok=True)
+    assert err.value.details["reason"] == "containment_unavailable" and "PID 1 is not systemd" in err.value.msg
+    _host(monkeypatch, pid1_systemd=True, systemd_usable=False, cgroup_ok=True)
     with pytest.raises(SglangError) as err:
         _containment.choose("systemd")
-    assert "PID 1 is not systemd" in err.value.msg
+    assert "need root" in err.value.msg
     assert _containment.choose("none")[0] == "none"
     with pytest.raises(SglangError) as err:
         _containment.choose("docker")
@@ -122,9 +126,14 @@ def test_a_named_backend_that_is_not_available_is_refused_with_the_reason(monkey
 
 
 def test_this_host_as_root_gets_the_cgroup_backend() -> None:
+    """The test hosts do not run systemd as PID 1 (the systemd backend is tested inside a
+    container that does: tests/integration/test_containment_systemd.py)."""
     backend, why = _containment.choose("auto")
     assert backend == "cgroup", why
-    assert MOUNT in why
+    assert MOUNT in why and "PID 1 is not systemd" in why
+    with pytest.raises(SglangError) as err:
+        _containment.prepare(_name(), "systemd")
+    assert err.value.details["reason"] == "containment_unavailable"
 
 
 # --- stop ---------------------------------------------------------------------------------------
