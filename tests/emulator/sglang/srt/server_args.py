@@ -86,6 +86,13 @@ class ServerArgs:
     )
     tokenizer_path: Optional[str] = field(**_arg(None, "The path of the tokenizer."))
     load_format: str = field(**_arg("auto", "The format of the model weights to load."))
+    model_loader_extra_config: str = field(**_arg(
+        "{}",
+        "Extra config for model loader. This will be passed to the model loader corresponding to "
+        "the chosen load_format. For load_format=presharded, JSON may include presharded_path "
+        "(target cache root), draft_presharded_path (draft cache root), max_file_bytes, "
+        "hash_num_threads, and verify_on_load.",
+    ))
     trust_remote_code: bool = field(**_arg(
         False,
         "Whether or not to allow for custom models defined on the Hub in their own modeling files.",
@@ -174,6 +181,17 @@ class ServerArgs:
         "will crash to prevent hanging.",
     ))
     attention_backend: Optional[str] = field(**_arg(None, "Choose the kernels for attention layers."))
+    cuda_graph_max_bs_decode: Optional[int] = field(**_arg(
+        None, "Maximum batch size captured for the decode cuda graph."
+    ))
+    cuda_graph_bs_decode: Optional[List[int]] = field(**_arg(
+        None, "Explicit list of batch sizes to capture for the decode cuda graph.",
+        type_parser=int, nargs="+",
+    ))
+    disable_cuda_graph_padding: bool = field(**_arg(
+        False,
+        "Disable cuda graph when padding is needed. Still uses cuda graph when padding is not needed.",
+    ))
     enable_torch_compile: bool = field(**_arg(False, "Optimize the model with torch.compile. Experimental feature."))
     disable_custom_all_reduce: bool = field(**_arg(
         False, "Disable the custom all-reduce kernel and fall back to NCCL."
@@ -289,6 +307,8 @@ def _add_field(parser: argparse.ArgumentParser, f: "dataclasses.Field[Any]") -> 
     kwargs["type"] = meta.get("type_parser") or (inner if inner in (int, float) else str)
     if meta.get("choices"):
         kwargs["choices"] = meta["choices"]
+    if meta.get("nargs"):
+        kwargs["nargs"] = meta["nargs"]
     if f.default is _REQUIRED:
         kwargs["required"] = True
     else:

@@ -11,7 +11,11 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from sglang.srt.emulator_control import benign_warnings, gpu_mib, has_fault, leak_shm_files, phase_sleep
+from sglang.srt.emulator_control import (
+    benign_warnings, gpu_mib, has_fault, leak_shm_files, log_version, phase_sleep_for,
+)
+from sglang.srt.model_executor.cuda_graph_runner import batch_sizes_to_capture, capture
+from sglang.srt.model_loader.loader import architecture, load_weights
 from sglang.srt.server_args import ServerArgs, configure_logger
 from sglang.srt.utils import set_process_title, set_prctl_pdeathsig
 
@@ -86,8 +90,21 @@ def _rendezvous(server_args: ServerArgs, rank: RankInfo) -> None:
         _rendezvous_connect(server_args)
 
 
-def _grab_gpu(server_args: ServerArgs, rank: RankInfo) -> Optional[float]:
-    """GPU mode: hold SGLANG_EMULATOR_GPU_MIB on a real device; returns free GB or None."""
+@dataclass
+class Gpu:
+    """GPU mode: the device this rank holds memory on."""
+
+    device: int
+    total_mib: float
+
+    def free_gb(self) -> float:
+        import torch
+
+        return torch.cuda.mem_get_info(self.device)[0] / (1 << 30)
+
+
+def _grab_gpu(server_args: ServerArgs, rank: RankInfo) -> Optional[Gpu]:
+    """GPU mode: hold SGLANG_EMULATOR_GPU_MIB on a real device; None in CPU mode."""
     mib = gpu_mib()
     if mib <= 0:
         return None
@@ -106,7 +123,7 @@ def _grab_gpu(server_args: ServerArgs, rank: RankInfo) -> Optional[float]:
     torch.cuda.set_device(device)
     block = torch.ones(mib * 1024 * 1024, dtype=torch.uint8, device=f"cuda:{device}")
     _HELD.append(block)
-    return torch.cuda.mem_get_info(device)[0] / (1 << 30)
+    return Gpu(device=device, total_mib=torch.cuda.mem_get_info(device)[1] / (1 << 20))
 
 
 def _init_memory_pool(server_args: ServerArgs) -> int:
@@ -135,50 +152,89 @@ def _optional_import_warnings() -> None:
     logger.warning(f"Ignore import error when loading sglang.srt.models.glm_ocr: {e}")
 
 
+# Emulated memory (GB) when no GPU is held: an 80 GB card, an 8B model in bf16.
+_SIM_AVAIL_GB = 78.50
+_SIM_WEIGHTS_GB = 14.99
+_GRAPH_MEM_GB = 0.42
+
+
+def _load_weights(server_args: ServerArgs, rank: RankInfo, gpu: Optional[Gpu]) -> float:
+    """`Load weight begin` ... the loader's bar ... `Load weight end`; returns free GB after."""
+    tic = time.perf_counter()
+    result = load_weights(server_args, rank.tp_rank, gpu.device if gpu else None)
+    _HELD.extend(result.held)
+    if gpu is not None:
+        avail = gpu.free_gb()
+        usage = result.device_bytes / (1 << 30) + gpu_mib() / 1024
+    else:
+        avail, usage = _SIM_AVAIL_GB - _SIM_WEIGHTS_GB, _SIM_WEIGHTS_GB
+    model_type = architecture(server_args.model_path)
+    if log_version() == "0.5.23":
+        logger.info(
+            "Load weight end. elapsed=%.2f s, type=%s, avail mem=%.2f GB, mem usage=%.2f GB.",
+            time.perf_counter() - tic, model_type, avail, usage,
+        )
+    else:
+        logger.info(
+            "Load weight end. type=%s, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB.",
+            model_type, avail, usage,
+        )
+    return avail
+
+
+def _capture_cuda_graphs(server_args: ServerArgs, rank: RankInfo, gpu: Optional[Gpu],
+                         avail: float, max_num_reqs: int) -> float:
+    """0.5.6: `Capture cuda graph begin/end`; 0.5.23: `Capture target decode CUDA graph ...`."""
+    capture_bs = batch_sizes_to_capture(server_args, gpu.total_mib if gpu else 80 * 1024, max_num_reqs)
+    new_wording = log_version() == "0.5.23"
+    if new_wording:
+        logger.info("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
+                    "avail mem=%.2f GB", avail)
+    else:
+        logger.info("Capture cuda graph begin. This can take up to several minutes. "
+                    "avail mem=%.2f GB", avail)
+    tic = time.perf_counter()
+    after = capture(capture_bs, rank.tp_rank == 0, avail, _GRAPH_MEM_GB)
+    if new_wording:
+        logger.info("Capture target decode CUDA graph end. bs=%s, elapsed=%.2f s, "
+                    "mem usage=%.2f GB, avail mem=%.2f GB.",
+                    capture_bs, time.perf_counter() - tic, avail - after, after)
+    else:
+        logger.info("Capture cuda graph end. Time elapsed: %.2f s. mem usage=%.2f GB. "
+                    "avail mem=%.2f GB.", time.perf_counter() - tic, avail - after, after)
+    return after
+
+
 def _load_model(server_args: ServerArgs, rank: RankInfo) -> Dict[str, Any]:
-    """The startup sequence of one rank (0.5.6 wording)."""
+    """The startup sequence of one rank (0.5.6 wording unless SGLANG_EMULATOR_LOG_VERSION)."""
     logger.info("Init torch distributed begin.")
     _optional_import_warnings()
-    phase_sleep()
+    phase_sleep_for("INIT")
     _rendezvous(server_args, rank)
     logger.info("Init torch distributed ends. mem usage=0.00 GB")
-    avail = 78.50
-    logger.info("Load weight begin. avail mem=%.2f GB", avail)
+    logger.info("Load weight begin. avail mem=%.2f GB", _SIM_AVAIL_GB)
     if has_fault("scheduler_death") and rank.tp_rank == 0:
         os._exit(1)
     if has_fault("hang"):
         threading.Event().wait()  # stuck forever, like a hung NCCL/IO call
-    gpu_avail = _grab_gpu(server_args, rank)
-    if gpu_avail is not None:
-        avail = gpu_avail
-    phase_sleep()
-    logger.info(
-        "Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=%.2f GB, "
-        "mem usage=14.99 GB.",
-        avail,
-    )
-    phase_sleep()
+    gpu = _grab_gpu(server_args, rank)
+    avail = _load_weights(server_args, rank, gpu)
+    phase_sleep_for("MEMORY_POOL")
     tokens = _init_memory_pool(server_args)
-    logger.info("KV Cache is allocated. #tokens: %s, K size: 29.73 GB, V size: 29.73 GB", tokens)
-    logger.info("Memory pool end. avail mem=%.2f GB", avail / 6)
-    if not server_args.disable_cuda_graph:
-        logger.info(
-            "Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB", avail / 6
-        )
-        start = time.monotonic()
-        phase_sleep()
-        logger.info(
-            "Capture cuda graph end. Time elapsed: %.2f s. "
-            "mem usage=0.42 GB. avail mem=%.2f GB.",
-            time.monotonic() - start, avail / 6 - 0.42,
-        )
+    kv_gb = avail * 0.4
+    avail -= 2 * kv_gb
+    logger.info("KV Cache is allocated. #tokens: %s, K size: %.2f GB, V size: %.2f GB", tokens, kv_gb, kv_gb)
+    logger.info("Memory pool end. avail mem=%.2f GB", avail)
     context_len = server_args.context_length or 32768
+    max_num_reqs = server_args.max_running_requests or min(max(int(tokens / context_len * 512), 2048), 4096)
+    if not server_args.disable_cuda_graph:
+        avail = _capture_cuda_graphs(server_args, rank, gpu, avail, max_num_reqs)
     logger.info(
         "max_total_num_tokens=%s, chunked_prefill_size=%s, "
         "max_prefill_tokens=16384, max_running_requests=%s, "
         "context_len=%s, available_gpu_mem=%.2f GB",
-        tokens, server_args.chunked_prefill_size or 8192, server_args.max_running_requests or 4096,
-        context_len, avail / 6 - 0.42,
+        tokens, server_args.chunked_prefill_size or 8192, max_num_reqs,
+        context_len, avail,
     )
     return {
         "status": "ready",
