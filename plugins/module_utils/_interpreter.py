@@ -340,9 +340,11 @@ def where_is_sglang(interp: Interpreter, search_paths: Optional[List[str]] = Non
 
 
 def _version_of(python: str, venv: Optional[str], installs: List[Dict[str, Any]]) -> Optional[str]:
+    """The sglang version of the install behind `venv` (or `python`), however the path is spelled
+    (discover() lists an install once, under the first path it was found by)."""
     for item in installs:
-        if (venv and item.get("venv") and os.path.abspath(item["venv"]) == os.path.abspath(venv)) or \
-                (item.get("python") and os.path.abspath(item["python"]) == os.path.abspath(python)):
+        if (venv and item.get("venv") and os.path.realpath(item["venv"]) == os.path.realpath(venv)) or \
+                (not venv and item.get("python") and os.path.abspath(item["python"]) == os.path.abspath(python)):
             return item.get("sglang_version")
     return None
 
