@@ -95,12 +95,46 @@ def resolve_model_dir(model_path: str) -> Tuple[str, str]:
     return resolved, tree_root(resolved)
 
 
-def _index_shards(directory: str, index_name: str) -> List[str]:
+# An index lists shard names; a real one is a few hundred KiB. The cap keeps a hostile or broken
+# file (a link to /dev/zero is refused anyway) from filling memory.
+MAX_INDEX_BYTES = 16 << 20
+
+
+def _read_index(directory: str, tree: str, index_name: str) -> bytes:
+    """The index file's bytes, read through the same checks as a shard: inside the tree, a
+    regular file, opened O_NOFOLLOW|O_NONBLOCK and identity-checked (never a FIFO, device or a
+    root-only file outside the model)."""
+    found, refusal = _check(directory, tree, index_name, "weight")
+    if refusal or found is None:
+        why = refusal["why"] if refusal else NOT_REGULAR
+        raise SglangError("refusing to read the index %s: %s -> %s (%s)"
+                          % (index_name, os.path.join(directory, index_name),
+                             refusal["target"] if refusal else "?", why),
+                          reason="not_regular_file" if why == NOT_REGULAR else "unsafe_symlink",
+                          path=os.path.join(directory, index_name), refused=[refusal] if refusal else [])
+    if found.size > MAX_INDEX_BYTES:
+        raise SglangError("%s is %d bytes, more than an index can be (%d)" % (found.path, found.size, MAX_INDEX_BYTES),
+                          reason="bad_index", path=found.path)
+    fd = open_checked(found, tree)
+    try:
+        chunks = []
+        left = MAX_INDEX_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _index_shards(directory: str, tree: str, index_name: str) -> List[str]:
     path = os.path.join(directory, index_name)
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except ValueError as exc:
+        data = json.loads(_read_index(directory, tree, index_name).decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError too
         raise SglangError("%s is not valid JSON: %s" % (path, exc), reason="bad_index", path=path)
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
@@ -119,11 +153,11 @@ def _top_level(directory: str, patterns: Tuple[str, ...]) -> List[str]:
     return [n for n in names if any(fnmatch.fnmatch(n, p) for p in patterns)]
 
 
-def weight_names(directory: str) -> Tuple[str, List[str]]:
+def weight_names(directory: str, tree: str) -> Tuple[str, List[str]]:
     """(source, shard names relative to the model dir)."""
     for index_name in INDEX_FILES:
         if os.path.lexists(os.path.join(directory, index_name)):
-            return index_name, _index_shards(directory, index_name)
+            return index_name, _index_shards(directory, tree, index_name)
     for pattern in WEIGHT_GLOBS:
         names = _top_level(directory, (pattern,))
         if names:
@@ -153,7 +187,7 @@ def _check(directory: str, tree: str, name: str, kind: str) -> Tuple[Optional[Mo
 def select(model_path: str) -> Selection:
     """The checkpoint's weight and aux files, all inside the tree; SglangError otherwise."""
     resolved, tree = resolve_model_dir(model_path)
-    source, weights = weight_names(resolved)
+    source, weights = weight_names(resolved, tree)
     if not weights:
         raise SglangError("no weight files in %s: no %s and no top-level %s"
                           % (model_path, " or ".join(INDEX_FILES), " or ".join(WEIGHT_GLOBS)),

@@ -202,6 +202,33 @@ def test_a_weight_that_is_not_a_regular_file_is_refused(scratch):
     assert err.value.details["reason"] == "not_regular_file"
 
 
+def test_an_index_that_is_a_fifo_is_refused_without_blocking(scratch):
+    """A hostile model dir: the index is a FIFO. It used to block the module forever (even in
+    check mode); now it is refused like any weight that is not a regular file."""
+    directory = os.path.join(scratch, "m")
+    os.makedirs(directory)
+    os.mkfifo(os.path.join(directory, "model.safetensors.index.json"))
+    with pytest.raises(SglangError) as err:
+        _modelfiles.select(directory)
+    assert err.value.details["reason"] == "not_regular_file"
+
+
+def test_an_index_linking_outside_the_tree_is_not_read(scratch):
+    """The index is a symlink to a root-only JSON file elsewhere: refused before any byte of it
+    is read, so none of its values can reach the result."""
+    secret = os.path.join(scratch, "secret.json")
+    with open(secret, "w") as fh:
+        json.dump({"weight_map": {"w": "ROOT-ONLY-SECRET-VALUE"}}, fh)
+    os.chmod(secret, 0o600)
+    directory = os.path.join(scratch, "m")
+    os.makedirs(directory)
+    os.symlink(secret, os.path.join(directory, "model.safetensors.index.json"))
+    with pytest.raises(SglangError) as err:
+        _modelfiles.select(directory)
+    assert err.value.details["reason"] == "unsafe_symlink"
+    assert "ROOT-ONLY-SECRET-VALUE" not in repr((err.value.msg, err.value.details))
+
+
 # --- residency (mincore) --------------------------------------------------------------------
 
 def test_mincore_counts_pages_of_the_file(scratch):
