@@ -246,6 +246,27 @@ def outside_members(record: Optional[Dict[str, Any]], pids: Iterable[int]) -> Li
     return sorted(pid for pid in set(pids) if pid not in inside and _procs.is_alive(pid))
 
 
+def probe_view(record: Optional[Dict[str, Any]], pids: Iterable[int] = ()) -> Dict[str, Any]:
+    """What the probe reports for one recorded instance: containment (and why), cgroup, unit,
+    the live members, and `outside_members` of `pids` (what the heuristics attribute to the
+    instance). Never raises: a cgroup that cannot be trusted is a note."""
+    view: Dict[str, Any] = {"containment": (record or {}).get("containment", "none"),
+                            "containment_why": (record or {}).get("containment_why"),
+                            "cgroup": (record or {}).get("cgroup"), "unit": (record or {}).get("unit"),
+                            "members": [], "outside_members": [], "notes": []}
+    if not is_contained(record):
+        return view
+    try:
+        path, notes = resolve(record)
+    except SglangError as exc:
+        view["notes"] = [exc.msg]
+        return view
+    view["notes"] = notes
+    view["members"] = _cgroup.members(path) if path else []
+    view["outside_members"] = outside_members(record, pids)
+    return view
+
+
 # --- teardown -------------------------------------------------------------------------------------
 
 def _send(handles: Dict[int, _pidfd.Handle], pids: Iterable[int], sig: int) -> List[int]:

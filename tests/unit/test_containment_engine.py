@@ -285,3 +285,22 @@ def test_launch_problem_and_prepare_refuse_a_running_instance(record) -> None:
         _reap(proc)
     assert _containment.prepare(record["name"], "none", "why") == {"containment": "none", "containment_why": "why",
                                                                    "cgroup": None}
+
+
+def test_probe_view_lists_members_and_flags_outsiders_without_raising(record) -> None:
+    inside = _start_in(record["cgroup"], [sys.executable, "-c", "import time; time.sleep(60)"])
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _wait_members(record["cgroup"], 1)
+        view = _containment.probe_view(record, [inside.pid, outside.pid])
+        assert view["containment"] == "cgroup" and view["cgroup"] == record["cgroup"]
+        assert view["members"] == [inside.pid] and view["outside_members"] == [outside.pid]
+        os.chown(record["cgroup"], 65534, 65534)
+        foreign = _containment.probe_view(record, [inside.pid])
+        assert foreign["members"] == [] and "owned by uid 65534" in foreign["notes"][0]
+        old = _containment.probe_view({"name": record["name"], "pid": inside.pid}, [inside.pid])
+        assert old["containment"] == "none" and old["outside_members"] == []
+    finally:
+        os.chown(record["cgroup"], 0, 0)
+        _reap(inside)
+        _reap(outside)
