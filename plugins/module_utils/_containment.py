@@ -45,8 +45,9 @@ def _cgroup_status() -> Tuple[bool, str]:
 
 
 def choose(requested: str) -> Tuple[str, str]:
-    """(backend, why) for a launch. auto: systemd when PID 1 is systemd and the backend is built,
-    else cgroup when cgroup v2 is writable by this user, else none. A named backend that is not
+    """(backend, why) for a launch. auto: systemd when PID 1 is systemd and this user can start
+    system units (root, systemd-run, cgroup v2), else cgroup when cgroup v2 is writable by this
+    user, else none. A named backend that is not
     available raises SglangError(containment_unavailable) saying why; nothing is created here."""
     if requested not in BACKENDS:
         raise SglangError("containment must be one of %s, got %r" % (", ".join(BACKENDS), requested),
