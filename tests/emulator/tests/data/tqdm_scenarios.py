@@ -21,7 +21,7 @@ class Clock:
 
 def bar_factory(impl: str, clock: Clock):
     if impl == "real":
-        import tqdm.std as std
+        from tqdm import std
 
         std.time = clock  # tqdm binds `time` at construction
         return std.tqdm
@@ -51,7 +51,7 @@ def main(impl: str) -> None:
     out["shards_uneven"] = text(fh)
     # Fast shards: dynamic miniters skips counts.
     fh = stream()
-    for _ in make(list(range(40)), desc="Loading safetensors checkpoint shards", disable=False,
+    for step in make(list(range(40)), desc="Loading safetensors checkpoint shards", disable=False,
                   bar_format=BAR_FORMAT, position=0, file=fh):
         clock.t += 0.03
     out["shards_fast"] = text(fh)
@@ -69,7 +69,7 @@ def main(impl: str) -> None:
     fh = stream()
     with make(total=7, desc="Multi-thread loading shards", disable=False, bar_format=BAR_FORMAT,
               position=0, file=fh) as pbar:
-        for _ in range(7):
+        for step in range(7):
             clock.t += 2.5
             pbar.update(1)
     out["multithread"] = text(fh)

@@ -209,15 +209,15 @@ def _load_model(server_args: ServerArgs, rank: RankInfo) -> Dict[str, Any]:
     """The startup sequence of one rank (0.5.6 wording unless SGLANG_EMULATOR_LOG_VERSION)."""
     logger.info("Init torch distributed begin.")
     _optional_import_warnings()
+    gpu = _grab_gpu(server_args, rank)  # the device is set (and held) during distributed init
     phase_sleep_for("INIT")
     _rendezvous(server_args, rank)
-    logger.info("Init torch distributed ends. mem usage=0.00 GB")
-    logger.info("Load weight begin. avail mem=%.2f GB", _SIM_AVAIL_GB)
+    logger.info("Init torch distributed ends. mem usage=%.2f GB", gpu_mib() / 1024 if gpu else 0.0)
+    logger.info("Load weight begin. avail mem=%.2f GB", gpu.free_gb() if gpu else _SIM_AVAIL_GB)
     if has_fault("scheduler_death") and rank.tp_rank == 0:
         os._exit(1)
     if has_fault("hang"):
         threading.Event().wait()  # stuck forever, like a hung NCCL/IO call
-    gpu = _grab_gpu(server_args, rank)
     avail = _load_weights(server_args, rank, gpu)
     phase_sleep_for("MEMORY_POOL")
     tokens = _init_memory_pool(server_args)

@@ -127,7 +127,7 @@ def load_weights(server_args: ServerArgs, tp_rank: int, device: Optional[int]) -
     if real and not files.on_disk:
         raise RuntimeError(f"Cannot find any model weights with `{server_args.model_path}`")
     paths = files.on_disk if real else files.names
-    bar = tqdm(desc=_description(files.use_safetensors, multithread), total=len(paths),
+    progress = tqdm(desc=_description(files.use_safetensors, multithread), total=len(paths),
                disable=tp_rank != 0, bar_format=BAR_FORMAT, position=0)
     start = time.monotonic()
     on_gpu = real and _gpu_reader_available(device)
@@ -140,12 +140,12 @@ def load_weights(server_args: ServerArgs, tp_rank: int, device: Optional[int]) -
             result.tensors += done.tensors
             result.device_bytes += done.device_bytes
             result.held.extend(done.held)
-            bar.update(1)
+            progress.update(1)
     else:
         for _path in paths:
             time.sleep(phase_time("SHARD", 1.0 / max(1, len(paths))))
-            bar.update(1)
-    bar.close()
+            progress.update(1)
+    progress.close()
     result.seconds = time.monotonic() - start
     logger.debug(
         "Emulator weight load: mode=%s, files=%d, bytes_read=%d, tensors=%d, device_bytes=%d, "
