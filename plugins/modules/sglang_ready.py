@@ -253,6 +253,11 @@ EXAMPLES = r"""
       - "optional tracer not installed"
     settle: 0
 
+- name: Progress every 30 s instead of 10 (0 waits in one call and prints no progress)
+  llmops.sglang.sglang_ready:
+    name: extraction
+    slice_seconds: 30
+
 - name: Second node of a two-node launch (no HTTP server there)
   llmops.sglang.sglang_ready:
     name: kimi
@@ -400,6 +405,21 @@ slow_start:
     (RV(start_seconds) > 1.5 x RV(last_start_seconds)).
   returned: always
   type: bool
+pending:
+  description: >-
+    A slice of a sliced wait ended before the verdict. Only in the private results the action
+    plugin reads between slices (with RV(progress) and the state to go on); never in a task's
+    result.
+  returned: between slices, to the action plugin only
+  type: bool
+progress:
+  description: >-
+    Where the start is - C(stage) (for example C(loading weights), C(memory pool ready),
+    C(capturing CUDA graphs)), C(shards) and C(graphs) as [done, total] from the tqdm bars,
+    C(graph_bs).
+  returned: between slices, to the action plugin only
+  type: dict
+  sample: {stage: loading weights, shards: [31, 64], graphs: null, graph_bs: null, graph_kind: null}
 """
 
 from typing import Any, Dict, List, Optional

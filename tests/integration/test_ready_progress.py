@@ -20,10 +20,13 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _progress
 from helpers import ready_launch
 from helpers.fixtures import ROOT, free_port, run_module
 
-SHARDS = 6
-# ~1.2 s per shard: a weight load of ~7 s, seen by several 1 s slices.
-SLOW = {"SGLANG_EMULATOR_SHARDS": str(SHARDS), "SGLANG_EMULATOR_SHARD_SECONDS": "1.2",
+SHARDS = 8
+# 2.5 s per shard: a weight load of ~20 s, seen by several 1 s slices (each slice also costs a
+# module start, seconds on a loaded machine).
+SLOW = {"SGLANG_EMULATOR_SHARDS": str(SHARDS), "SGLANG_EMULATOR_SHARD_SECONDS": "2.5",
         "SGLANG_EMULATOR_PHASE_SECONDS": "0.3"}
+# Long enough for a few slices, where the counts need not be seen rising.
+MEDIUM = dict(SLOW, SGLANG_EMULATOR_SHARDS="4", SGLANG_EMULATOR_SHARD_SECONDS="1.0")
 CALLBACKS = os.path.join(ROOT, "tests", "integration", "progress_callbacks")
 
 
@@ -38,10 +41,10 @@ def _play(playbook: str, extra: Dict[str, Any], env: Optional[Dict[str, str]] = 
                           stdin=subprocess.DEVNULL, check=False)
 
 
-def _extra(tmp_path, name: str) -> Dict[str, Any]:
+def _extra(tmp_path, name: str, env: Dict[str, str] = SLOW) -> Dict[str, Any]:
     return {"sglang_name": name, "sglang_port": free_port(), "sglang_state_dir": str(tmp_path / "state"),
             "sglang_log_dir": str(tmp_path / "logs"), "sglang_extraction_dump_dir": str(tmp_path / "hs"),
-            "sglang_extraction_env": SLOW, "sglang_env": SLOW}
+            "sglang_extraction_env": env, "sglang_env": env}
 
 
 def _ours(out: str, name: str) -> List[str]:
@@ -101,7 +104,7 @@ def test_a_machine_format_callback_gets_no_progress_lines(tmp_path):
     playbook = os.path.join(ROOT, "tests", "integration", "playbooks", "ready_progress.yml")
     env = {"ANSIBLE_STDOUT_CALLBACK": "json", "ANSIBLE_CALLBACK_PLUGINS": CALLBACKS}
     name = "itest-json-%s" % uuid.uuid4().hex[:6]
-    run = _play(playbook, _extra(tmp_path / "a", name), env)
+    run = _play(playbook, _extra(tmp_path / "a", name, MEDIUM), env)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert not _ours(run.stdout + run.stderr, name)
     doc = json.loads(run.stdout)
@@ -110,7 +113,7 @@ def test_a_machine_format_callback_gets_no_progress_lines(tmp_path):
     assert "pending" not in waits[0] and "resume_state" not in waits[0]
     assert "_resume" not in waits[0]["invocation"]["module_args"]
     # Forced on, the lines land in the same stream: this is what the callback check prevents.
-    forced = _play(playbook, _extra(tmp_path / "b", name + "f"), dict(env, LLMOPS_SGLANG_PROGRESS="always"))
+    forced = _play(playbook, _extra(tmp_path / "b", name + "f", MEDIUM), dict(env, LLMOPS_SGLANG_PROGRESS="always"))
     assert forced.returncode == 0, (forced.stdout + forced.stderr)[-4000:]
     assert _ours(forced.stdout, name + "f")
 
@@ -182,7 +185,7 @@ def test_the_last_start_is_remembered_and_a_slow_start_flagged(spawn, emulator_p
     proc.kill()
     proc.wait()
     # a slower start of the same instance: compared with the first, flagged
-    ready_launch.launch(spawn, emulator_python, state_dir, log, name="t", env=SLOW)
+    ready_launch.launch(spawn, emulator_python, state_dir, log, name="t", env=MEDIUM)
     second, _pendings = _sliced(state_dir, "t")
     assert second["ready"], second.get("msg")
     assert second["last_start_seconds"] == first["start_seconds"]
