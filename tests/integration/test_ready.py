@@ -25,7 +25,8 @@ API_KEY = "sk-llmops-test-7f3a9c"
 
 def launch(spawn, emulator_python: str, state_dir: str, log_path: str, name: str = "ready",
            port: Optional[int] = None, tp_size: int = 2, args: Tuple[str, ...] = (),
-           fault: str = "", expect: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
+           fault: str = "", expect: Optional[Dict[str, Any]] = None,
+           env_extra: Optional[Dict[str, str]] = None) -> Tuple[Any, Dict[str, Any]]:
     """Start the emulator like sglang_launch would and write its launch record."""
     port = port or free_port()
     launch_id = uuid.uuid4().hex
@@ -35,6 +36,7 @@ def launch(spawn, emulator_python: str, state_dir: str, log_path: str, name: str
     env = {"SGLANG_EMULATOR_PHASE_SECONDS": "0.1", "SGLANG_EMULATOR_FAULT": fault,
            "LLMOPS_SGLANG_INSTANCE": name, "LLMOPS_SGLANG_LAUNCH_ID": launch_id,
            "LLMOPS_SGLANG_STATE_DIR": state_dir, "no_proxy": "*", "NO_PROXY": "*"}
+    env.update(env_extra or {})
     proc = spawn.start(argv, env=env, log_path=log_path)
     info = _procs.read_proc(proc.pid)
     assert info is not None, "the emulator died at once"
@@ -177,7 +179,10 @@ def test_quiet_log_level_fails_clearly_or_relies_on_identity(spawn, emulator_pyt
 
 
 def test_api_key_server_works_and_the_key_never_appears(spawn, emulator_python, state_dir, log_file):
-    launch(spawn, emulator_python, state_dir, log_file, args=("--api-key", API_KEY))
+    # A short startup (one rank, one shard, no CUDA graphs): the server_args line that carries
+    # the key stays within the 40 lines of log_tail.
+    launch(spawn, emulator_python, state_dir, log_file, tp_size=1, args=("--api-key", API_KEY, "--disable-cuda-graph"),
+           env_extra={"SGLANG_EMULATOR_SHARDS": "1"})
     result = ready(state_dir, api_key=API_KEY)
     assert result["ready"] is True, result["msg"]
     without = ready(state_dir)
