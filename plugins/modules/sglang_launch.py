@@ -206,6 +206,24 @@ options:
         stopped and the task fails with RV(reason) V(spawn_timeout).
     type: float
     default: 30
+  containment:
+    description:
+      - How the launched server is contained, so that C(sglang_teardown) finds every process of it
+        however it forks, detaches or retitles itself. The choice and why are in
+        RV(containment) and in the launch record (C(containment), C(containment_why)).
+      - V(systemd) - a transient unit C(llmops-sglang-<name>.service) (C(systemd-run),
+        C(KillMode=control-group)); needs PID 1 to be systemd and root.
+      - V(cgroup) - a cgroup v2 directory C(<cgroup2 mount>/llmops-sglang.slice/<name>/) owned by the
+        module's user; the supervisor joins it before the server starts.
+      - V(none) - no cgroup; the server is found by its launch record, session, marker and titles.
+      - V(auto) - V(systemd) where PID 1 is systemd and the module runs as root, else V(cgroup) where
+        cgroup v2 is writable by the module's user, else V(none).
+      - A backend asked for by name that is not available fails with RV(reason)
+        V(containment_unavailable) before anything is read or created. An instance cgroup (or unit)
+        that still holds processes refuses the launch with V(cgroup_busy) (changed in check mode).
+    type: str
+    choices: [auto, systemd, cgroup, none]
+    default: auto
 attributes:
   check_mode:
     support: full
@@ -215,7 +233,9 @@ attributes:
         the restart role plans); one that does not answer within O(probe_timeout) as changed with
         RV(reason) V(unresponsive). A port held by an sglang server that is not this instance is
         reported in RV(port_holder) and RV(blockers) with RV(reason) V(port_busy) (changed); a
-        foreign holder fails the plan unless O(foreign_port_holders=kill).
+        foreign holder fails the plan unless O(foreign_port_holders=kill). An instance cgroup that still
+        holds processes is reported the same way with RV(reason) V(cgroup_busy). The containment
+        backend is chosen and reported (RV(containment)); nothing is created.
   diff_mode:
     support: full
     description:
@@ -278,8 +298,12 @@ reason:
       only, else a failure), V(unresponsive) (alive with the same fingerprint but no HTTP answer
       within O(probe_timeout); check mode only, else a failure), V(port_busy) (port held by
       another sglang server - changed in check mode -, or by a foreign holder - a failure unless
-      O(foreign_port_holders=kill)).
-    - On failure also V(missing_library) (psutil or requests not importable, see RV(interpreter_with_libraries)),
+      O(foreign_port_holders=kill)), V(cgroup_busy) (the instance cgroup or unit still holds
+      processes of another launch of this name - changed in check mode, else a failure).
+    - On failure also V(containment_unavailable) (the O(containment) asked for is not available
+      here; nothing was done), V(unsafe_cgroup) (the instance cgroup exists owned by another user,
+      or is not a directory), V(containment_failed) (the supervisor or the server did not end up in
+      the instance cgroup; the launch was stopped), V(missing_library) (psutil or requests not importable, see RV(interpreter_with_libraries)),
       V(no_space) (below O(min_free_mb) or O(min_free_inodes)), V(preflight_failed)
       (several kinds of preflight failure), and the reasons of the step that failed - V(bad_name),
       V(unsafe_dir), V(locked), V(spawn_failed), V(spawn_timeout), V(died), V(io_error), ... -
@@ -383,6 +407,16 @@ missing_libraries:
   type: list
   elements: str
   sample: [psutil, requests]
+containment:
+  description:
+    - The containment of the server - C(backend) (V(systemd), V(cgroup) or V(none)), C(why) (how it
+      was chosen), C(cgroup) (absolute path of the instance cgroup) and C(unit) (the systemd unit),
+      null where not applicable. For a server already running, what its launch record says; for a
+      new launch, what O(containment) chose (C(cgroup) and C(unit) filled in once it started).
+  returned: always, except when O(containment) could not be chosen
+  type: dict
+  sample: {backend: cgroup, why: "auto: PID 1 is not systemd; cgroup v2 at /sys/fs/cgroup is writable by uid 0",
+           cgroup: /sys/fs/cgroup/llmops-sglang.slice/serving, unit: null}
 interpreter_with_libraries:
   description:
     - An interpreter on the host that imports psutil and requests (run only when nobody but root
@@ -399,7 +433,7 @@ from typing import Any, Dict, List, Optional
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _cliargs, _deps, _exit, _http, _launcher, _lock, _preflight, _procs, _record, _redact)
+    _cliargs, _containment, _deps, _exit, _http, _launcher, _lock, _preflight, _procs, _record, _redact)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 
@@ -491,12 +525,15 @@ def _fail(msg: str, result: Dict[str, Any], reason: Optional[str] = None) -> Non
 def _run(module: AnsibleModule) -> Dict[str, Any]:
     p = module.params
     name = _record.validate_name(p["name"])
+    # Before anything is read or created: a backend that is not available fails the task here.
+    backend, why = _containment.choose(p["containment"])
     state_dir = os.path.abspath(p["state_dir"] or _record.default_state_dir())
     log_dir = os.path.abspath(p["log_dir"] or os.path.join(state_dir, "logs"))
     dirs = {"state_dir": state_dir, "log_dir": log_dir, "tmpdir": _record.tmpdir_path(state_dir, name)}
     api_key = p["api_key"] or None
     result: Dict[str, Any] = {"changed": False, "reason": None, "decision": None, "pid": None,
-                              "log_path": None, "port_holder": [], "blockers": []}
+                              "log_path": None, "port_holder": [], "blockers": [],
+                              "containment": {"backend": backend, "why": why, "cgroup": None, "unit": None}}
     pf = _preflight_all(p, dirs, module.check_mode)
     report: _preflight.Report = pf["report"]
     result["preflight"] = report.to_dict()
@@ -521,7 +558,8 @@ def _run(module: AnsibleModule) -> Dict[str, Any]:
     locked = not module.check_mode and not report.errors
     ctx = {"name": name, "state_dir": state_dir, "log_dir": log_dir, "interp": interp, "argv": argv,
            "pf": pf, "secrets": secrets, "host": p["host"], "keep_logs": p["keep_logs"],
-           "probe_timeout": p["probe_timeout"], "spawn_timeout": p["spawn_timeout"]}
+           "probe_timeout": p["probe_timeout"], "spawn_timeout": p["spawn_timeout"],
+           "containment": backend, "containment_why": why}
     try:
         with (_lock.instance_lock(state_dir, name, p["lock_timeout"]) if locked else _NoLock()):
             return _plan(module, p, result, report, pf, fp, redacted, ctx)
@@ -582,7 +620,8 @@ def _decide(module: AnsibleModule, result: Dict[str, Any], record: Optional[Dict
     others = [h for h in holders if not h.get("instance")]
     if running:
         before = record.get("fingerprint_inputs")
-        result.update(pid=record.get("pid"), log_path=record.get("log_path"), record=record)
+        result.update(pid=record.get("pid"), log_path=record.get("log_path"), record=record,
+                      containment=_record_containment(record))
         if others:
             result["blockers"].append("port %s is also held by %s" % (redacted["port"], _preflight.describe_holders(others)))
         if record.get("fingerprint") == fp:
@@ -628,6 +667,15 @@ def _decide(module: AnsibleModule, result: Dict[str, Any], record: Optional[Dict
             return result
         _fail("%s; sglang_launch never stops a process - run sglang_teardown with ports: [%s] or choose "
               "another port" % (result["decision"], redacted["port"]), result)
+    problem = _containment.launch_problem(ctx["name"], ctx["containment"])
+    if problem:
+        result["blockers"].append(problem)
+        result["reason"] = "cgroup_busy"
+        result["decision"] = problem
+        if module.check_mode:
+            result["changed"] = True
+            return result
+        _fail(problem + "; stop it first with sglang_teardown", result)
     result["changed"] = True
     result["decision"] = "%s: a server %s started" % (
         "no launch record" if not record else "the recorded server is gone",
@@ -635,8 +683,19 @@ def _decide(module: AnsibleModule, result: Dict[str, Any], record: Optional[Dict
     if module.check_mode:
         return result
     launched = _launch(ctx, fp, redacted)
-    result.update(pid=launched["pid"], log_path=launched["log_path"], record=launched)
+    result.update(pid=launched["pid"], log_path=launched["log_path"], record=launched,
+                  containment=_record_containment(launched))
     return result
+
+
+def _record_containment(record: Dict[str, Any]) -> Dict[str, Any]:
+    """The containment a record says its launch has (a record from before containment: none)."""
+    backend = record.get("containment") or "none"
+    why = record.get("containment_why")
+    if "containment" not in record:
+        why = "the launch record predates containment (record version %s): its server is found by the " \
+              "launch record, session, marker and titles" % record.get("record_version", 1)
+    return {"backend": backend, "why": why, "cgroup": record.get("cgroup"), "unit": record.get("unit")}
 
 
 def _num(value: float) -> str:
@@ -653,14 +712,13 @@ def _launch(ctx: Dict[str, Any], fp: str, redacted: Dict[str, Any]) -> Dict[str,
         "host": ctx["host"], "port": pf["port"], "tp_size": pf["tp_size"],
         "nnodes": _int(pf["args"].get("--nnodes"), 1), "node_rank": _int(pf["args"].get("--node-rank"), 0),
         "expect": _cliargs.expected_server_info(pf["model_path"], pf["tp_size"], pf["port"], pf["args"]),
-        "record_version": _record.RECORD_VERSION,
     }
     spec = _launcher.LaunchSpec(
         name=ctx["name"], state_dir=ctx["state_dir"], log_dir=ctx["log_dir"], python=interp.path,
         venv=interp.venv if interp.is_venv else None, argv=ctx["argv"], env=pf["env"],
         keep_logs=ctx["keep_logs"], secrets=ctx["secrets"],
         extra_secret_flags=_cliargs.secret_arg_flags(pf["args"]), spawn_timeout=ctx["spawn_timeout"],
-        record_fields=fields)
+        record_fields=fields, containment=ctx["containment"], containment_why=ctx["containment_why"])
     return _launcher.spawn(spec)
 
 
@@ -764,6 +822,7 @@ def main() -> None:
             min_free_inodes=dict(type="int", default=1000),
             probe_timeout=dict(type="float", default=5),
             spawn_timeout=dict(type="float", default=30),
+            containment=dict(type="str", default="auto", choices=list(_containment.BACKENDS)),
         ),
         mutually_exclusive=[("venv", "python")],
         required_one_of=[("venv", "python")],

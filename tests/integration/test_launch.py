@@ -9,11 +9,12 @@ import json
 import os
 import signal
 import socket
+import time
 from typing import Any, Dict, List
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils import _containment, _procs
 from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
 
 API_KEY = "sk-test-4f9a1c2e7b"
@@ -32,9 +33,12 @@ def model_dir(tmp_path) -> str:
 
 @pytest.fixture
 def launched() -> List[Dict[str, Any]]:
+    """Records of launched servers: each is stopped by its cgroup (contained launches: containment
+    auto picks cgroup where this user can write cgroup v2) and by its process group."""
     records: List[Dict[str, Any]] = []
     yield records
     for record in records:
+        _containment.stop(record, grace_period=5, deadline=time.monotonic() + 20)
         try:
             os.killpg(record["pgid"], signal.SIGKILL)
         except (OSError, KeyError, TypeError):
