@@ -86,6 +86,21 @@ def servers(items: List[Dict[str, Any]], now: Optional[float] = None) -> List[st
     return out
 
 
+def containment(items: List[Dict[str, Any]]) -> List[str]:
+    """Processes attributed to a contained server (by ancestry, session, marker, titles or its
+    socket) that are not in its cgroup: teardown by cgroup would not reach them."""
+    out = []
+    for server in items:
+        outside = server.get("outside_cgroup") or []
+        if outside:
+            inst = " (instance %s)" % server["instance"] if server.get("instance") else ""
+            out.append("server %s%s has %d process(es) outside its cgroup %s: pids %s - escaped from "
+                       "containment or started beside it; a teardown by cgroup does not reach them"
+                       % (server.get("id"), inst, len(outside), server.get("cgroup"),
+                          ", ".join(str(p) for p in outside)))
+    return out
+
+
 def partial_servers(items: List[Dict[str, Any]]) -> List[str]:
     """Servers seen by their command line only (the process table could not be read)."""
     return ["sglang server pid %s (user %s) runs %s - seen by its command line only: its processes, ports "

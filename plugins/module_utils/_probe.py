@@ -163,8 +163,10 @@ def shm(shm_dir: str) -> List[Dict[str, Any]]:
     return [e.to_dict() for e in scan(shm_dir)]
 
 
-def read_records(state_dir: str, unavailable: List[str]) -> List[Dict[str, Any]]:
-    """Launch records with whether their server is alive (unknown, None, without the process layer)."""
+def read_records(state_dir: str, unavailable: List[str],
+                 full: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
+    """Launch records with whether their server is alive (unknown, None, without the process
+    layer); `full`, when given, receives each readable record as written."""
     out: List[Dict[str, Any]] = []
     for path in sorted(glob.glob(os.path.join(state_dir, "*.json"))):
         if path.endswith(".exit.json"):
@@ -174,10 +176,13 @@ def read_records(state_dir: str, unavailable: List[str]) -> List[Dict[str, Any]]
         except SglangError as exc:
             out.append({"path": path, "error": exc.msg})
             continue
+        if full is not None:
+            full.append(rec)
         out.append({"path": path, "name": rec.get("name"), "launch_id": rec.get("launch_id"),
                     "pid": rec.get("pid"), "port": rec.get("port"), "log_path": rec.get("log_path"),
                     "interpreter": rec.get("interpreter"), "venv": rec.get("venv"),
                     "sglang_version": rec.get("sglang_version"), "start_time": rec.get("start_time"),
+                    "containment": rec.get("containment") or "none", "cgroup": rec.get("cgroup"),
                     "alive": None})
     if out:
         readable(unavailable, "launch records' liveness", lambda: _alive(out), None)
@@ -191,6 +196,43 @@ def _alive(records: List[Dict[str, Any]]) -> None:
         if "error" not in rec:
             pid = rec.get("pid")
             rec["alive"] = bool(isinstance(pid, int) and _procs.is_alive(pid, rec.get("start_time")))
+
+
+# --- containment -------------------------------------------------------------------------------
+
+def host_containment() -> Dict[str, Any]:
+    """What `containment: auto` would choose for a launch on this host, and why."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _containment
+
+    backend, why = _containment.choose("auto")
+    return {"backend": backend, "why": why}
+
+
+def _record_of(server: Dict[str, Any], records: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The launch record of a server: same launch id (from its marker), else same main pid."""
+    for rec in records:
+        if server.get("launch_id") and rec.get("launch_id") == server["launch_id"]:
+            return rec
+    for rec in records:
+        if server.get("pid") is not None and rec.get("pid") == server["pid"] and \
+                (server.get("start_time") is None or rec.get("start_time") is None
+                 or abs(float(rec["start_time"]) - float(server["start_time"])) < 0.05):
+            return rec
+    return None
+
+
+def with_containment(servers: List[Dict[str, Any]], records: List[Dict[str, Any]]) -> None:
+    """Each server (in place): containment, containment_why, cgroup, unit, cgroup_members (the
+    cgroup's pids now), outside_cgroup (pids the process heuristics give the server that are not
+    in its cgroup) and containment_notes. A server without a launch record has containment null."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _containment
+
+    for server in servers:
+        rec = _record_of(server, records)
+        view = _containment.probe_view(rec, server.get("pids") or []) if rec is not None else {}
+        server.update(containment=view.get("containment"), containment_why=view.get("containment_why"),
+                      cgroup=view.get("cgroup"), unit=view.get("unit"), cgroup_members=view.get("members") or [],
+                      outside_cgroup=view.get("outside_members") or [], containment_notes=view.get("notes") or [])
 
 
 # --- flags ---------------------------------------------------------------------------------------
@@ -289,7 +331,13 @@ def run(p: Dict[str, Any], warn: Warn) -> Tuple[Dict[str, Any], Optional[SglangE
     if table is None:
         result["servers"] = servers_by_command_line(now)
         result["diagnosis"] += _diagnosis.partial_servers(result["servers"])
-    result["records"] = read_records(state_dir, unavailable) if os.path.isdir(state_dir) else []
+    full_records: List[Dict[str, Any]] = []
+    result["records"] = read_records(state_dir, unavailable, full_records) if os.path.isdir(state_dir) else []
+    result["containment"] = host_containment()
+    if table is not None:
+        readable(unavailable, "containment of the servers", lambda: with_containment(result["servers"], full_records),
+                 None)
+        result["diagnosis"] += _diagnosis.containment(result["servers"])
     search = list(p["search_paths"] or DEFAULT_SEARCH_PATHS)
     result["interpreters"] = discover(search + _install_roots(result["servers"], result["records"]))
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 SERVER_KEYS = ("id", "pid", "main", "state", "instance", "user", "age_seconds", "port", "listening_ports",
-               "model_path", "tp_size", "interpreter", "pids", "members", "orphaned")
+               "model_path", "tp_size", "interpreter", "pids", "members", "orphaned", "containment", "cgroup",
+               "unit")
 # A server seen by its command line only (no psutil) also says so.
 PARTIAL_KEYS = ("partial", "argv")
 MEMBER_KEYS = ("pid", "role", "rank", "state", "orphaned")
@@ -53,6 +54,8 @@ def short_server(server: Dict[str, Any]) -> Dict[str, Any]:
     out = {k: server.get(k) for k in SERVER_KEYS + (PARTIAL_KEYS if server.get("partial") else ())}
     out["interpreter"] = {k: (server.get("interpreter") or {}).get(k) for k in ("cmdline", "venv")}
     out["members"] = [{k: m.get(k) for k in MEMBER_KEYS} for m in server.get("members", [])]
+    if server.get("outside_cgroup"):  # flagged only when there is something to flag
+        out["outside_cgroup"] = server["outside_cgroup"]
     return out
 
 

@@ -31,6 +31,9 @@ description:
   - A flag question (O(flags) as a mapping of flag name to value, for example C(reasoning-parser)
     to C(kimi_k2)) gets a yes or no per flag (RV(flag_answers), RV(accepted)), the valid choices, and a did-you-mean for an
     unknown flag name or an unknown value.
+  - Reports the containment a launch would get on this host (RV(containment)) and, per server
+    with a launch record, its containment and cgroup, flagging processes attributed to the server
+    that are outside its cgroup (RV(servers[].outside_cgroup)).
   - Finds running sglang servers by process title, command line and instance marker, groups them
     into servers (main process, ranks, detokenizer, orphaned members), with user, start time,
     interpreter, listening ports (IPv4 and IPv6), instance name and (with O(detail)) the
@@ -259,13 +262,19 @@ servers:
     - Running sglang servers. C(main) is false for leftover processes whose main process is gone.
     - Each has id, pid, main, state, instance, user, age_seconds, port, listening_ports,
       model_path, tp_size, interpreter (cmdline, venv), pids, members (pid, role, rank, state,
-      orphaned) and orphaned.
+      orphaned), orphaned, and from its launch record (null without one) containment (V(systemd),
+      V(cgroup) or V(none)), cgroup and unit.
+    - C(outside_cgroup) - pids the probe attributes to a contained server (by ancestry, session,
+      marker, title or listening socket) that are not in its cgroup, so a teardown by cgroup would
+      not reach them; present (and a line in RV(diagnosis)) only when there are some.
     - C(state) is V(answering) (its port was asked and answered), V(listening), V(not_listening)
       (starting, or hung before it bound its port), V(stopped) (main process stopped, state T) or
       V(leftover) (no main process).
     - With O(detail) also launch_id, state_dir, start_time, interpreter.exe, argv and args (secrets
       redacted), listeners, other_namespace, env (null and C(env_hidden) true for another user's
-      server) and the members' ppid, pgid, sid, user, start_time, reason and cmdline.
+      server), the members' ppid, pgid, sid, user, start_time, reason and cmdline, and
+      containment_why, cgroup_members (the pids in its cgroup), outside_cgroup and
+      containment_notes (why a recorded cgroup was not used, for example one of a later launch).
   returned: always
   type: list
   elements: dict
@@ -288,10 +297,17 @@ shm:
   returned: with detail
   type: list
   elements: dict
+containment:
+  description:
+    - What C(sglang_launch) with C(containment=auto) would use on this host - C(backend)
+      (V(systemd), V(cgroup) or V(none)) and C(why).
+  returned: always
+  type: dict
+  sample: {backend: cgroup, why: "auto: PID 1 is not systemd; cgroup v2 at /sys/fs/cgroup is writable by uid 0"}
 records:
   description:
     - Launch records in O(state_dir) - path, name, launch_id, pid, port, log_path, interpreter,
-      venv, sglang_version, start_time - with C(alive), whether their process is still alive
+      venv, sglang_version, start_time, containment, cgroup - with C(alive), whether their process is still alive
       (null when the process table could not be read).
   returned: always
   type: list
