@@ -71,9 +71,10 @@ def _sum_ranks(entries: Any, source: str) -> Optional[Load]:
     if not isinstance(entries, list) or not entries:
         return None
     loads = [_rank_load(e) for e in entries if isinstance(e, dict)]
-    if not loads or any(item is None for item in loads):
+    counted = [item for item in loads if item is not None]
+    if not counted or len(counted) != len(loads):
         return None
-    return Load(sum(r for r, _ in loads), sum(w for _, w in loads), source)  # type: ignore[misc]
+    return Load(sum(item[0] for item in counted), sum(item[1] for item in counted), source)
 
 
 def parse_get_load(body: Any) -> Optional[Load]:

@@ -77,14 +77,13 @@ def test_roll_behind_the_router_under_load_fails_no_request(fleet: Fleet, router
     for h in fleet.hosts:
         assert "%s (%s): restarted" % (h, fleet.worker_url(h)) in out
 
-    # check mode with force: every host would leave the router; nothing is done
-    check = fleet.play("restart_fleet.yml", {"sglang_force": True}, check=True)
+    # check mode with force (one host, to keep the test short): it would leave the router, and
+    # the diff shows it; nothing is done
+    check = fleet.play("restart_fleet.yml", {"sglang_force": True, "sglang_hosts": "w2"}, check=True)
     out = check.stdout + check.stderr
     assert check.returncode == 0, out[-4000:]
-    for h in fleet.hosts:
-        assert "%s (%s): check mode: would restart" % (h, fleet.worker_url(h)) in out, out[-4000:]
-    for h in fleet.hosts:  # the diff of the router's worker list, one per host
-        assert re.search(r"^-%s$" % re.escape(fleet.worker_url(h)), out, re.M), out[-4000:]
+    assert "w2 (%s): check mode: would restart" % fleet.worker_url("w2") in out, out[-4000:]
+    assert re.search(r"^-%s$" % re.escape(fleet.worker_url("w2")), out, re.M), out[-4000:]
     assert {w["id"] for w in fleet.router_workers()} == {w["id"] for w in routed}
     assert fleet.pids() == after
 
