@@ -12,15 +12,22 @@ through the listening socket they share.
 from __future__ import annotations
 
 import os
+import pwd
 import re
+import stat
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _redact
 from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import _venv_root_of
 from ansible_collections.llmops.sglang.plugins.module_utils._ports import Listener, listeners_by_pid
 from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, redact_env
+
+try:
+    import psutil
+except ImportError:  # the probe says what it could not read; without psutil no holder is trusted
+    psutil = None
 
 # Environment variables worth showing for a server (reference/sglang.md, "Environment variables").
 _ENV_PREFIXES = ("SGLANG_", "SGL_", "NCCL_", "LLMOPS_SGLANG_", "TORCH_", "HF_")
@@ -324,27 +331,87 @@ def server_of_pid(servers: Iterable[Server], pid: int) -> Optional[Server]:
     return None
 
 
-def credential_refusal(servers: Iterable[Server], socks: List[Listener], user: str) -> Optional[str]:
+class Identity(NamedTuple):
+    """Who a process really is: its real, effective and saved uids, its executable and that
+    file's mode (setuid/setgid bits)."""
+    uids: Tuple[int, ...]
+    exe: str
+    mode: int
+
+
+def identity(pid: int) -> Optional[Identity]:
+    """The process's Identity, or None when it cannot be read (gone, not permitted, no psutil)."""
+    if psutil is None:
+        return None
+    try:
+        uids = tuple(int(u) for u in psutil.Process(pid).uids())
+    except psutil.Error:
+        return None
+    link = "/proc/%d/exe" % pid
+    try:
+        return Identity(uids, os.readlink(link), os.stat(link).st_mode)
+    except OSError:
+        return None
+
+
+def _uid_of(user: str) -> Optional[int]:
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return int(user) if user.isdigit() else None
+
+
+def _not_ours(pid: int, uid: int, user: str) -> Optional[str]:
+    """Why process `pid` is not wholly `user`'s, or None. Its effective uid alone is not enough:
+    a setuid program another user starts runs with the effective uid of the file's owner."""
+    ident = identity(pid)
+    if ident is None:
+        return "pid %d: its uids and executable cannot be read" % pid
+    if any(u != uid for u in ident.uids):
+        return "pid %d runs with real/effective/saved uids %s, not all of user %s (uid %d): it was started by " \
+               "another user" % (pid, "/".join(str(u) for u in ident.uids), user, uid)
+    if ident.mode & (stat.S_ISUID | stat.S_ISGID):
+        return "pid %d runs the setuid/setgid program %s, which any user can start" % (pid, ident.exe)
+    return None
+
+
+def credential_refusal(servers: Iterable[Server], socks: List[Listener], user: str,
+                       launch_ids: Iterable[str] = ()) -> Optional[str]:
     """None when every process holding these listening sockets is a member of a recognised
     sglang server run by `user` in this PID namespace: only such a listener may receive an
-    api key. Otherwise the
-    sentence saying why not, naming the holder (command line masked)."""
+    api key. Otherwise the sentence saying why not, naming the holder (command line masked).
+
+    A member counts only when its server has a command-line main process, or is tied by its
+    instance marker to one of `launch_ids` (the launch records): an sglang title is free for any
+    process to take. It must also be wholly `user`'s - real, effective and saved uids - and run
+    no setuid/setgid program."""
     if not socks:
         return "nothing listens there"
-    by_pid = {m.proc.pid: m for s in servers for m in s.members}
+    uid = _uid_of(user)
+    records = set(launch_ids)
+    by_pid = {m.proc.pid: (s, m) for s in servers for m in s.members}
     for sock in socks:
         if not sock.pids:
             return "the owner of %s:%d is not visible to uid %d (another user's process)" % (
                 sock.address, sock.port, os.geteuid())
         for pid in sock.pids:
-            member = by_pid.get(pid)
-            if member is None:
+            server, member = by_pid.get(pid, (None, None))
+            if member is None or server is None:
                 proc = _procs.read_proc(pid)
                 return "pid %d (user %s: %s) is not an sglang server" % (
                     pid, proc.user if proc else "?",
                     _redact.describe_cmdline(proc.cmdline, proc.comm, 200) if proc else "gone")
+            if server.main is None and server.marker.get(_procs.MARKER_LAUNCH_ID) not in records:
+                return "pid %d (%s) only looks like an sglang process: there is no sglang main process or launch " \
+                       "record it belongs to" % (pid, _redact.describe_cmdline(member.proc.cmdline, member.proc.comm,
+                                                                                200))
             if member.proc.user != user:
                 return "pid %d is an sglang server of user %s, not of %s" % (pid, member.proc.user, user)
+            if uid is None:
+                return "user %s does not exist on this host" % user
+            problem = _not_ours(pid, uid, user)
+            if problem is not None:
+                return problem
             theirs = _procs.pid_namespace(pid)
             if theirs is not None and theirs != _procs.own_pid_namespace():
                 return "pid %d runs in another PID namespace (%s, a container), not in this one" % (pid, theirs)

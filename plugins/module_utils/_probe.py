@@ -12,7 +12,7 @@ import os
 import pwd
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _deps, _diagnosis, _flagcheck
 from ansible_collections.llmops.sglang.plugins.module_utils import _probe_report
@@ -92,9 +92,10 @@ def servers_by_command_line(now: float) -> List[Dict[str, Any]]:
 
 
 def probe_port(port: int, servers: List[Any], procs: Dict[int, Any], api_key: Optional[str], timeout: float,
-               server_user: str, unavailable: List[str]) -> Dict[str, Any]:
+               server_user: str, unavailable: List[str], launch_ids: Iterable[str] = ()) -> Dict[str, Any]:
     """Who holds `port`, and what it says about itself. The api key goes only to a recognised
-    sglang server of `server_user`; to anything else with a key given, nothing is sent."""
+    sglang server of `server_user` (`launch_ids`: this state dir's launch records); to anything
+    else with a key given, nothing is sent."""
     from ansible_collections.llmops.sglang.plugins.module_utils import _http
     from ansible_collections.llmops.sglang.plugins.module_utils._discovery import credential_refusal, server_of_pid
     from ansible_collections.llmops.sglang.plugins.module_utils._ports import listeners
@@ -119,7 +120,7 @@ def probe_port(port: int, servers: List[Any], procs: Dict[int, Any], api_key: Op
                            % (port, sys.executable))
         return rep
     if api_key:
-        refusal = credential_refusal(servers, socks, server_user)
+        refusal = credential_refusal(servers, socks, server_user, launch_ids)
         if refusal is not None:
             rep["error"] = ("the api_key was not sent and nothing was asked: %s (the key goes only to an "
                             "sglang server of user %s)" % (refusal, server_user))
@@ -371,7 +372,8 @@ def run(p: Dict[str, Any], warn: Warn) -> Tuple[Dict[str, Any], Optional[SglangE
                    "version": None, "error": "not read (see unavailable)", "api_key_sent": False}
                   for port in p["ports"]]
         result["ports"] = readable(unavailable, "ports %s" % ", ".join(str(q) for q in p["ports"]), lambda: [
-            probe_port(port, servers, procs, p["api_key"], p["http_timeout"], server_user, unavailable)
+            probe_port(port, servers, procs, p["api_key"], p["http_timeout"], server_user, unavailable,
+                       [r["launch_id"] for r in full_records if isinstance(r.get("launch_id"), str)])
             for port in p["ports"]], unread)
         result["diagnosis"] += _diagnosis.ports(result["ports"], {s["id"]: s for s in result["servers"]}, now)
     _probe_report.with_states(result["servers"], result.get("ports"))

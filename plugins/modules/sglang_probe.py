@@ -110,6 +110,9 @@ options:
         sglang server (by process title, C(python -m sglang.launch_server) or C(sglang serve)
         command line, or instance marker) of O(server_user) in the module's PID namespace. Never
         shown in results.
+      - Every holder of the port must be wholly O(server_user)'s - real, effective and saved uids -
+        and run no setuid or setgid program; a process with only an sglang title (no command-line
+        main process, no launch record in O(state_dir) it belongs to) never counts.
     type: str
   server_user:
     description:

@@ -1,6 +1,7 @@
 """_discovery: grouping a synthetic process table into servers (no real processes needed)."""
 from __future__ import annotations
 
+import os
 from typing import Dict, List
 
 import pytest
@@ -132,13 +133,79 @@ def _sock(*pids: int):
     return [Listener(8000, "127.0.0.1", "ipv4", 1, [BASE + p for p in pids])]
 
 
-def test_credentials_go_only_to_a_recognised_server_of_the_user(environs, monkeypatch):
+@pytest.fixture
+def identities(monkeypatch):
+    """The real/effective/saved uids and executable of the synthetic pids (default: wholly root's
+    venv python, not setuid); a test changes one entry to play an impostor."""
+    facts: Dict[int, D.Identity] = {}
+
+    def identity(pid: int):
+        return facts.get(pid, D.Identity((0, 0, 0), VENV_PY, 0o100755))
+
+    monkeypatch.setattr(D, "identity", identity)
+    return facts
+
+
+def test_credentials_go_only_to_a_recognised_server_of_the_user(environs, monkeypatch, identities):
     servers = D.find_servers(table(*server_tp2()), with_ports=False)
     root = _procs.username(0)
     assert D.credential_refusal(servers, _sock(10), root) is None
     # an escaped worker of the same server holding the socket too is still that server
     assert D.credential_refusal(servers, _sock(10, 12), root) is None
     assert "sglang server of user %s, not of alice" % root in D.credential_refusal(servers, _sock(10), "alice")
+
+
+def test_a_setuid_program_or_another_users_uids_get_no_credentials(environs, identities):
+    """A rank whose effective uid is the server user's is not enough: another user's setuid
+    program has that effective uid (real and saved uids differ), or runs a setuid executable."""
+    servers = D.find_servers(table(*server_tp2()), with_ports=False)
+    root = _procs.username(0)
+    identities[BASE + 12] = D.Identity((1234, 0, 0), "/usr/bin/passwd", 0o104755)
+    why = D.credential_refusal(servers, _sock(10, 12), root)
+    assert why is not None and "pid %d runs with real/effective/saved uids 1234/0/0" % (BASE + 12) in why
+    identities[BASE + 12] = D.Identity((0, 0, 1234), VENV_PY, 0o100755)
+    assert "uids 0/0/1234" in D.credential_refusal(servers, _sock(12), root)
+    identities[BASE + 12] = D.Identity((0, 0, 0), "/usr/bin/su", 0o104755)
+    assert "setuid/setgid program /usr/bin/su" in D.credential_refusal(servers, _sock(12), root)
+    identities[BASE + 12] = D.Identity((0, 0, 0), "/usr/bin/wall", 0o102755)
+    assert "setuid/setgid program /usr/bin/wall" in D.credential_refusal(servers, _sock(12), root)
+    del identities[BASE + 12]
+    assert D.credential_refusal(servers, _sock(10, 12), root) is None
+
+
+def test_unreadable_identity_gets_no_credentials(environs, monkeypatch):
+    servers = D.find_servers(table(*server_tp2()), with_ports=False)
+    monkeypatch.setattr(D, "identity", lambda pid: None)
+    assert "cannot be read" in D.credential_refusal(servers, _sock(10), _procs.username(0))
+
+
+def test_a_title_alone_gets_no_credentials_unless_a_launch_record_ties_it(environs, identities):
+    """An sglang title with no command-line main process is free for anyone to take; a leftover
+    rank of a recorded launch (its marker names the record's launch id) still counts."""
+    stray = P(30, 1, ["sglang::scheduler_TP0"], comm="passwd")
+    servers = D.find_servers(table(stray), with_ports=False)
+    assert len(servers) == 1 and servers[0].main is None
+    root = _procs.username(0)
+    why = D.credential_refusal(servers, _sock(30), root)
+    assert why is not None and "only looks like an sglang process" in why and "sglang::scheduler_TP0" in why
+    assert "only looks like" in D.credential_refusal(servers, _sock(30), root, launch_ids=["L-other"])
+    environs[BASE + 30] = {"LLMOPS_SGLANG_INSTANCE": "a", "LLMOPS_SGLANG_LAUNCH_ID": "L1"}
+    marked = D.find_servers(table(stray), with_ports=False)
+    assert D.credential_refusal(marked, _sock(30), root) is not None
+    assert D.credential_refusal(marked, _sock(30), root, launch_ids=["L1"]) is None
+
+
+def test_an_unknown_server_user_gets_no_credentials(environs, identities):
+    servers = D.find_servers(table(*server_tp2()), with_ports=False)
+    assert "not of no-such-user-llmops-x" in D.credential_refusal(servers, _sock(10), "no-such-user-llmops-x")
+
+
+def test_identity_of_a_real_process():
+    import sys
+    ident = D.identity(os.getpid())
+    assert ident is not None and ident.uids == (os.getuid(), os.geteuid(), os.getresuid()[2])
+    assert ident.exe == os.path.realpath(sys.executable) and not ident.mode & 0o6000
+    assert D.identity(BASE + 99) is None
 
 
 def test_no_credentials_for_a_plain_or_invisible_listener(environs, monkeypatch):
