@@ -24,10 +24,12 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _procs
 _UNSUPPORTED = False      # set once pidfd_open answered ENOSYS: do not ask again per process
 
 
-def _same_start(proc: Optional[_procs.Proc], start_time: float) -> bool:
-    # both sides come from _procs.read_proc (clock ticks since boot, rounded alike): equal
-    # unless it is another process
-    return proc is not None and not proc.is_zombie and abs(proc.start_time - start_time) < 0.005
+def _same_start(pid: int, start_time: float) -> bool:
+    """The live, non-zombie process `pid` has the planned start time. Both sides come from
+    _procs (psutil's creation time rounded to the clock tick): equal unless it is another
+    process."""
+    now = _procs.start_time_of(pid)
+    return now is not None and abs(now - start_time) < 0.005
 
 
 @dataclass
@@ -45,7 +47,7 @@ class Handle:
                 return bool(_poll([self.fd], 0))
             except OSError:
                 pass
-        return not _same_start(_procs.read_proc(self.pid), self.start_time)
+        return not _same_start(self.pid, self.start_time)
 
     def send(self, sig: int) -> str:
         """'sent', 'gone' (the planned process exited: nothing was sent) or an error text."""
@@ -53,7 +55,7 @@ class Handle:
             if self.fd is not None:
                 signal.pidfd_send_signal(self.fd, sig)  # type: ignore[attr-defined]
             else:
-                if not _same_start(_procs.read_proc(self.pid), self.start_time):
+                if not _same_start(self.pid, self.start_time):
                     return "gone"
                 os.kill(self.pid, sig)
             return "sent"
@@ -93,7 +95,7 @@ def open_handle(pid: int, start_time: float) -> Optional[Handle]:
     handle = Handle(pid, start_time, fd)
     # Verify AFTER opening: the pidfd now pins whichever process held the number; if that is
     # not the planned one (died and reused before the open), drop it.
-    if not _same_start(_procs.read_proc(pid), start_time) or (fd is not None and handle.exited()):
+    if not _same_start(pid, start_time) or (fd is not None and handle.exited()):
         handle.close()
         return None
     return handle

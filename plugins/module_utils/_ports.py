@@ -1,14 +1,16 @@
-"""Who listens on a TCP port (IPv4 and IPv6), read from /proc/net/tcp{,6} and the fd tables."""
+"""Who listens on a TCP port (IPv4 and IPv6): psutil's connection table (`net_connections`)."""
 from __future__ import annotations
 
 import errno
+import re
 import socket
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _procs
 
-_LISTEN = "0A"
+_FAMILIES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
+_SOCKET_LINK = re.compile(r"socket:\[([0-9]+)\]")
 
 
 @dataclass
@@ -16,7 +18,7 @@ class Listener:
     port: int
     address: str
     family: str  # "ipv4" | "ipv6"
-    inode: int
+    inode: int   # the socket's inode where an owner's fd could be read, else 0
     pids: List[int]
 
     def to_dict(self) -> Dict[str, object]:
@@ -33,79 +35,106 @@ def validate_port(value: object) -> int:
     return port
 
 
-def _hex_to_addr(hexaddr: str, family: str) -> str:
-    raw = bytes.fromhex(hexaddr)
-    if family == "ipv4":
-        return socket.inet_ntop(socket.AF_INET, raw[::-1])
-    # IPv6 in /proc is four little-endian 32-bit words.
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
-    return socket.inet_ntop(socket.AF_INET6, words)
+Key = Tuple[str, str, int]
 
 
-def _listening_sockets(ports: Optional[Set[int]]) -> Dict[int, Listener]:
-    """inode -> Listener (pids filled later)."""
-    found: Dict[int, Listener] = {}
-    for name, family in (("tcp", "ipv4"), ("tcp6", "ipv6")):
-        try:
-            with open("/proc/net/%s" % name) as fh:
-                next(fh, None)
-                for line in fh:
-                    cols = line.split()
-                    if len(cols) < 10 or cols[3] != _LISTEN:
-                        continue
-                    hexaddr, hexport = cols[1].split(":")
-                    port = int(hexport, 16)
-                    if ports is not None and port not in ports:
-                        continue
-                    inode = int(cols[9])
-                    found[inode] = Listener(port, _hex_to_addr(hexaddr, family), family, inode, [])
-        except OSError:
+def _listening(conns: Iterable[Any], ports: Optional[Set[int]], holder: Optional[int] = None
+               ) -> Tuple[Dict[Key, Listener], Dict[Key, Tuple[int, int]]]:
+    """(family, address, port) -> Listener from psutil connections in state LISTEN, and for each
+    one (pid, fd) of an owner psutil could read (none for another user's socket, as non-root).
+    `holder`: the pid of a per-process list (its entries carry no pid)."""
+    lib = _procs.require()
+    found: Dict[Key, Listener] = {}
+    owner_fd: Dict[Key, Tuple[int, int]] = {}
+    for conn in conns:
+        family = _FAMILIES.get(conn.family)
+        if family is None or conn.status != lib.CONN_LISTEN or not conn.laddr:
             continue
-    return found
+        address, port = conn.laddr[0], int(conn.laddr[1])
+        if ports is not None and port not in ports:
+            continue
+        key = (family, address, port)
+        listener = found.setdefault(key, Listener(port, address, family, 0, []))
+        pid = getattr(conn, "pid", holder)
+        if pid is not None and pid not in listener.pids:
+            listener.pids.append(pid)
+            if conn.fd is not None and conn.fd >= 0:
+                owner_fd.setdefault(key, (pid, conn.fd))
+    return found, owner_fd
 
 
-def _socket_owners(inodes: Set[int], pids: Optional[Iterable[int]] = None) -> Dict[int, List[int]]:
-    owners: Dict[int, List[int]] = {}
-    if not inodes:
-        return owners
-    wanted = {"socket:[%d]" % i: i for i in inodes}
-    candidates = pids if pids is not None else _procs.all_pids()
-    for pid in candidates:
+def _inode(pid: int, fd: int) -> int:
+    for name, target in _procs.fd_targets(pid):
+        if name == str(fd):
+            match = _SOCKET_LINK.fullmatch(target)
+            return int(match.group(1)) if match else 0
+    return 0
+
+
+def _all_holders(found: Dict[Key, Listener], owner_fd: Dict[Key, Tuple[int, int]]) -> None:
+    """psutil names one pid per socket (the first fd it found); a listening socket inherited
+    across fork is held by several processes, and a teardown must find each. psutil has no API
+    for the other holders: their fd links are compared with the known owner's here."""
+    by_link: Dict[str, Listener] = {}
+    for key, (pid, fd) in owner_fd.items():
+        inode = _inode(pid, fd)
+        if inode:
+            found[key].inode = inode
+            by_link["socket:[%d]" % inode] = found[key]
+    if not by_link:
+        return
+    for pid in _procs.all_pids():
         for _fd, target in _procs.fd_targets(pid):
-            inode = wanted.get(target)
-            if inode is not None and pid not in owners.setdefault(inode, []):
-                owners[inode].append(pid)
-    return owners
+            listener = by_link.get(target)
+            if listener is not None and pid not in listener.pids:
+                listener.pids.append(pid)
+
+
+def _sorted(found: Iterable[Listener]) -> List[Listener]:
+    out = list(found)
+    for listener in out:
+        listener.pids.sort()
+    return sorted(out, key=lambda l: (l.port, l.family, l.address))
 
 
 def listeners(ports: Optional[Iterable[int]] = None) -> List[Listener]:
-    """Listening sockets on `ports` (all ports when None) with the pids holding them.
+    """Listening sockets on `ports` (all ports when None) with every pid holding them.
     A socket whose owner we cannot read (another user's, not root) has an empty pid list."""
     wanted = set(ports) if ports is not None else None
-    socks = _listening_sockets(wanted)
-    owners = _socket_owners(set(socks))
-    for inode, listener in socks.items():
-        listener.pids = sorted(owners.get(inode, []))
-    return sorted(socks.values(), key=lambda l: (l.port, l.family, l.address))
+    found, owner_fd = _listening(_procs.require().net_connections(kind="tcp"), wanted)
+    _all_holders(found, owner_fd)
+    return _sorted(found.values())
 
 
 def has_listener(port: int) -> bool:
-    """Anything listening on `port` (IPv4 or IPv6)? Reads only /proc/net/tcp{,6}, no fd scan:
-    cheap enough to call several times a second while a server starts."""
-    return bool(_listening_sockets({port}))
+    """Anything listening on `port` (IPv4 or IPv6)? The connection table only, no holder scan."""
+    found, _owners = _listening(_procs.require().net_connections(kind="tcp"), {port})
+    return bool(found)
+
+
+def _connections(handle: Any) -> List[Any]:
+    # Process.net_connections since psutil 6.0; connections() before (5.9)
+    method = getattr(handle, "net_connections", None) or handle.connections
+    return list(method(kind="tcp"))
 
 
 def listeners_by_pid(pids: Iterable[int]) -> List[Listener]:
-    """Listening sockets held by the given pids (cheap: scans only those fd tables)."""
-    pid_list = list(pids)
-    socks = _listening_sockets(None)
-    owners = _socket_owners(set(socks), pid_list)
-    out = []
-    for inode, pid_owners in owners.items():
-        listener = socks[inode]
-        listener.pids = sorted(pid_owners)
-        out.append(listener)
-    return sorted(out, key=lambda l: (l.port, l.family, l.address))
+    """Listening sockets held by the given pids (cheap: psutil reads only those fd tables)."""
+    lib = _procs.require()
+    merged: Dict[Key, Listener] = {}
+    for pid in sorted(set(pids)):
+        try:
+            conns = _connections(lib.Process(pid))
+        except (lib.Error, ValueError):
+            continue
+        found, owner_fd = _listening(conns, None, pid)
+        for key, listener in found.items():
+            entry = merged.setdefault(key, Listener(listener.port, listener.address, listener.family, 0, []))
+            if pid not in entry.pids:
+                entry.pids.append(pid)
+            if not entry.inode and key in owner_fd:
+                entry.inode = _inode(*owner_fd[key])
+    return _sorted(merged.values())
 
 
 def can_bind(host: str, port: int) -> Optional[str]:

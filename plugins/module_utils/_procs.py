@@ -1,7 +1,17 @@
-"""Process snapshot read straight from /proc: cheap enough for hosts with thousands of processes.
+"""The process layer: a snapshot of the process table from psutil.
 
 Everything that decides "is this ours?" works from a `Proc` taken here, so probe, teardown and
-ready agree on what a process is. The start time doubles as the identity check against PID reuse.
+ready agree on what a process is. The creation time is the identity against PID reuse: psutil
+fixes it when it lists a process (`Process.create_time()`, epoch seconds from the clock ticks of
+/proc/PID/stat), and `start_time` is that value rounded to the tick (0.01 s), as launch records
+store it.
+
+A table row reads the fields every caller looks at for every process when it is listed (parent,
+name, state, command line, group, session) and the rest on first use (uid, start time, the
+kernel-thread flag): the probe needs those for a handful of processes out of thousands.
+
+Read from /proc by hand only what psutil has no API for, each said where it is done: the PID
+namespace, the PF_KTHREAD flag, and the raw fd links (device files, sockets, every holder).
 """
 from __future__ import annotations
 
@@ -9,17 +19,38 @@ import os
 import pwd
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline
+
+try:
+    import psutil
+except ImportError:  # the modules fail first with missing_library (_deps.require)
+    psutil = None
+HAS_PSUTIL = psutil is not None
 
 PROC = "/proc"
 MARKER_INSTANCE = "LLMOPS_SGLANG_INSTANCE"
 MARKER_LAUNCH_ID = "LLMOPS_SGLANG_LAUNCH_ID"
 MARKER_STATE_DIR = "LLMOPS_SGLANG_STATE_DIR"
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PF_KTHREAD = 0x00200000
-_BOOT_TIME: Optional[float] = None
 _USERS: Dict[int, str] = {}
+# Only what every caller needs for every process (each attr costs psutil a read or a check).
+_ATTRS = ["ppid", "name", "status", "cmdline"]
+# psutil's status names -> the state letters of ps(1) and /proc/PID/stat, which callers compare.
+_STATE = {"running": "R", "sleeping": "S", "disk-sleep": "D", "stopped": "T", "tracing-stop": "t",
+          "zombie": "Z", "dead": "X", "wake-kill": "K", "waking": "W", "idle": "I", "parked": "P",
+          "locked": "L", "waiting": "W"}
+
+
+def require() -> Any:
+    """psutil, or a clear error (modules check first: this is the library's own guard)."""
+    if psutil is None:
+        raise SglangError("the Python library psutil is required on the managed host (it reads the process "
+                          "table): install python3-psutil or use the sglang venv's python", reason="missing_library")
+    return psutil
 
 
 @dataclass
@@ -33,7 +64,7 @@ class Proc:
     uid: int
     start_time: float
     cmdline: List[str] = field(default_factory=list)
-    kthread: bool = False       # PF_KTHREAD in /proc/PID/stat flags
+    kthread: bool = False       # PF_KTHREAD
 
     @property
     def user(self) -> str:
@@ -52,24 +83,112 @@ class Proc:
         return {
             "pid": self.pid, "ppid": self.ppid, "pgid": self.pgid, "sid": self.sid,
             "name": self.comm, "state": self.state, "user": self.user, "uid": self.uid,
-            "start_time": self.start_time, "cmdline": list(self.cmdline),
+            "start_time": self.start_time, "cmdline": mask_cmdline(self.cmdline),
         }
 
 
+class _Row(Proc):
+    """A process as psutil listed it. uid, start_time and kthread are read on first use, through
+    the psutil handle taken with the row: its creation time was fixed when it was listed, so
+    `start_time` is the listed process's even if the pid has been reused since; the uid read of
+    a process that has exited since is -1 with state X (gone). Signals never trust a row: they
+    go through pidfds checked against `start_time` (_pidfd)."""
+
+    # The dataclass __init__ would assign the lazy fields: this one sets the eager ones only.
+    # pylint: disable=super-init-not-called
+    def __init__(self, handle: Any, ppid: int, pgid: int, sid: int, comm: str, state: str,
+                 cmdline: List[str]) -> None:
+        self._handle = handle
+        self._uid: Optional[int] = None
+        self._start: Optional[float] = None
+        self._kthread: Optional[bool] = None
+        self.pid, self.ppid, self.pgid, self.sid = handle.pid, ppid, pgid, sid
+        self.comm, self.state, self.cmdline = comm, state, cmdline
+
+    @property  # type: ignore[override]
+    def uid(self) -> int:
+        if self._uid is None:
+            try:
+                self._uid = int(self._handle.uids().effective)
+            except psutil.NoSuchProcess:      # exited since it was listed
+                self._uid, self.state = -1, "X"
+            except psutil.Error:
+                self._uid = -1
+        return self._uid
+
+    @uid.setter
+    def uid(self, value: int) -> None:
+        self._uid = value
+
+    @property  # type: ignore[override]
+    def start_time(self) -> float:
+        if self._start is None:
+            self._start = round(self._handle.create_time(), 2)
+        return self._start
+
+    @start_time.setter
+    def start_time(self, value: float) -> None:
+        self._start = value
+
+    @property  # type: ignore[override]
+    def kthread(self) -> bool:
+        if self._kthread is None:
+            # a kernel thread has no command line: only those rows need the flag
+            self._kthread = not self.cmdline and not self.is_zombie and _pf_kthread(self.pid)
+        return self._kthread
+
+    @kthread.setter
+    def kthread(self, value: bool) -> None:
+        self._kthread = value
+
+
+def _pf_kthread(pid: int) -> bool:
+    """PF_KTHREAD from the flags of /proc/PID/stat: psutil has no API for it. Only the flags
+    field is taken (the 7th after the command name, which may itself contain ')')."""
+    try:
+        with open("%s/%d/stat" % (PROC, pid), "rb") as fh:
+            data = fh.read()
+        return bool(int(data[data.rfind(b")") + 2:].split()[6]) & _PF_KTHREAD)
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _argv(raw: Optional[List[str]]) -> List[str]:
+    """psutil's cmdline without the empty trailing arguments a setproctitle title leaves (the
+    rest of the old argv area, NUL- or space-padded)."""
+    argv = list(raw or [])
+    while argv and argv[-1] == "":
+        argv.pop()
+    return argv
+
+
+def _row(handle: Any, info: Dict[str, Any]) -> Optional[Proc]:
+    """A table row from psutil's info for `handle`; None when the process is gone."""
+    try:
+        pgid, sid = os.getpgid(handle.pid), os.getsid(handle.pid)   # syscalls: no psutil API needed
+    except OSError:
+        return None
+    return _Row(handle, int(info.get("ppid") or 0), pgid, sid, info.get("name") or "",
+                _STATE.get(info.get("status") or "", "?"), _argv(info.get("cmdline")))
+
+
+def _fresh_iter(attrs: List[str]) -> Iterator[Any]:
+    """psutil.process_iter over a cleared cache: psutil 6+ drops (for that pass) a cached entry
+    whose pid was reused, so a process new since the last pass could be missed."""
+    lib = require()
+    clear = getattr(lib.process_iter, "cache_clear", None)
+    if clear is not None:
+        clear()
+    return lib.process_iter(attrs=attrs, ad_value=None)
+
+
 def boot_time() -> float:
-    global _BOOT_TIME
-    if _BOOT_TIME is None:
-        with open(os.path.join(PROC, "stat")) as fh:
-            for line in fh:
-                if line.startswith("btime "):
-                    _BOOT_TIME = float(line.split()[1])
-                    break
-            else:
-                _BOOT_TIME = 0.0
-    return _BOOT_TIME
+    return float(require().boot_time())
 
 
 def username(uid: int) -> str:
+    if uid < 0:
+        return "?"
     if uid not in _USERS:
         try:
             _USERS[uid] = pwd.getpwuid(uid).pw_name
@@ -78,77 +197,50 @@ def username(uid: int) -> str:
     return _USERS[uid]
 
 
-def _read(path: str, mode: str = "r") -> Optional[str]:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    return data.decode("utf-8", "replace")
-
-
 def read_proc(pid: int) -> Optional[Proc]:
     """One process, or None when it is gone (or unreadable)."""
-    base = os.path.join(PROC, str(pid))
-    stat = _read(os.path.join(base, "stat"))
-    if not stat:
-        return None
-    # comm may contain spaces and parentheses: split on the LAST ')'.
-    lpar, rpar = stat.find("("), stat.rfind(")")
-    comm = stat[lpar + 1:rpar]
-    rest = stat[rpar + 2:].split()
+    lib = require()
     try:
-        uid = os.stat(base).st_uid
-    except OSError:
+        handle = lib.Process(pid)
+        return _row(handle, handle.as_dict(attrs=_ATTRS, ad_value=None))
+    except (lib.Error, ValueError):
         return None
-    raw = _read(os.path.join(base, "cmdline")) or ""
-    cmdline = raw.split("\0")
-    while cmdline and cmdline[-1] == "":
-        cmdline.pop()
-    # setproctitle may leave one NUL-free string padded with spaces.
-    if len(cmdline) == 1 and cmdline[0].endswith(" "):
-        cmdline = [cmdline[0].rstrip()]
-    return Proc(
-        pid=pid, ppid=int(rest[1]), pgid=int(rest[2]), sid=int(rest[3]), comm=comm,
-        state=rest[0], uid=uid,
-        start_time=round(boot_time() + int(rest[19]) / float(_CLK_TCK), 2),
-        cmdline=cmdline, kthread=bool(int(rest[6]) & _PF_KTHREAD),
-    )
 
 
 def pids() -> Iterator[int]:
-    for entry in os.listdir(PROC):
-        if entry.isdigit():
-            yield int(entry)
+    return iter(require().pids())
 
 
 def snapshot() -> Dict[int, Proc]:
     """All processes visible now, keyed by pid."""
     out: Dict[int, Proc] = {}
-    for pid in pids():
-        proc = read_proc(pid)
+    for handle in _fresh_iter(_ATTRS):
+        proc = _row(handle, handle.info)
         if proc is not None:
-            out[pid] = proc
+            out[proc.pid] = proc
     return out
 
 
 def links() -> Dict[int, Tuple[int, int]]:
-    """pid -> (ppid, pgid) of every live, non-zombie process, from /proc/PID/stat alone: a
-    third of a snapshot's reads, for finding who joined a tree or a group."""
+    """pid -> (ppid, pgid) of every live, non-zombie process: the least a pass can read, for
+    finding who joined a tree or a group."""
     out: Dict[int, Tuple[int, int]] = {}
-    for pid in pids():
-        stat = _read(os.path.join(PROC, str(pid), "stat"))
-        if not stat:
+    for handle in _fresh_iter(["ppid", "status"]):
+        info = handle.info
+        if info.get("status") in (None, "zombie", "dead") or info.get("ppid") is None:
             continue
-        rest = stat[stat.rfind(")") + 2:].split()
-        if len(rest) > 3 and rest[0] not in ("Z", "X"):
-            out[pid] = (int(rest[1]), int(rest[2]))
+        try:
+            out[handle.pid] = (int(info["ppid"]), os.getpgid(handle.pid))
+        except OSError:
+            continue
     return out
 
 
 def fd_targets(pid: int) -> Iterator[Tuple[str, str]]:
     """(fd number, link target) of every open fd of a process: paths, `socket:[inode]`, ...
-    Nothing when the process is gone or its fd table is not readable (another user's)."""
+    Nothing when the process is gone or its fd table is not readable (another user's).
+    Read by hand: psutil's open_files() lists regular files only (no /dev/nvidia*, sockets or
+    deleted files) and stats and reads fdinfo for each, which host-wide scans cannot afford."""
     fd_dir = os.path.join(PROC, str(pid), "fd")
     try:
         fds = os.listdir(fd_dir)
@@ -162,20 +254,39 @@ def fd_targets(pid: int) -> Iterator[Tuple[str, str]]:
 
 
 def all_pids() -> List[int]:
-    return [int(p) for p in os.listdir(PROC) if p.isdigit()]
+    return list(require().pids())
+
+
+def start_time_of(pid: int) -> Optional[float]:
+    """The start time of a live, non-zombie process (what `Proc.start_time` holds); None when
+    there is none."""
+    lib = require()
+    try:
+        handle = lib.Process(pid)
+        if handle.status() in ("zombie", "dead"):
+            return None
+        return round(handle.create_time(), 2)
+    except (lib.Error, ValueError):
+        return None
 
 
 def is_alive(pid: int, start_time: Optional[float] = None) -> bool:
     """Alive and not a zombie; with start_time, also the SAME process (PID reuse check)."""
-    proc = read_proc(pid)
-    if proc is None or proc.is_zombie:
+    now = start_time_of(pid)
+    if now is None:
         return False
-    return start_time is None or abs(proc.start_time - start_time) < 0.05
+    return start_time is None or abs(now - start_time) < 0.05
+
+
+def exists(pid: int) -> bool:
+    """Is there a process with this number in this module's PID namespace (zombies too)?"""
+    return bool(require().pid_exists(pid))
 
 
 def pid_namespace(pid: int) -> Optional[str]:
     """The PID namespace of a process (`pid:[4026531836]`); None when gone or not readable.
-    A container's processes are visible from the host's namespace but live in their own."""
+    A container's processes are visible from the host's namespace but live in their own.
+    Read by hand: psutil has no API for namespaces."""
     try:
         return os.readlink(os.path.join(PROC, str(pid), "ns", "pid"))
     except OSError:
@@ -189,19 +300,29 @@ def own_pid_namespace() -> Optional[str]:
         return None
 
 
+def handle_of(proc: Proc) -> Any:
+    """The psutil handle a table row was listed with (no new lookup), else a new one; raises
+    psutil.NoSuchProcess when the process is gone."""
+    handle = getattr(proc, "_handle", None)
+    return handle if handle is not None else require().Process(proc.pid)
+
+
+def _environ(get_handle: Any) -> Optional[Dict[str, str]]:
+    lib = require()
+    try:
+        return dict(get_handle().environ())
+    except (lib.Error, ValueError):
+        return None
+
+
 def read_environ(pid: int) -> Optional[Dict[str, str]]:
     """The initial environment of a process; None when not readable (other user, gone)."""
-    try:
-        with open(os.path.join(PROC, str(pid), "environ"), "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    env: Dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        if b"=" in item:
-            key, _sep, value = item.partition(b"=")
-            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return env
+    return _environ(lambda: require().Process(pid))
+
+
+def environ_of(proc: Proc) -> Optional[Dict[str, str]]:
+    """read_environ for a process of a snapshot, through the handle it was listed with."""
+    return _environ(lambda: handle_of(proc))
 
 
 def marker_of(pid: int) -> Optional[Dict[str, str]]:

@@ -43,30 +43,26 @@ class OpenFiles:
 FilesReader = Callable[[int], OpenFiles]
 
 
-def read_open_files(pid: int) -> OpenFiles:
-    """cwd and open file paths of a process. Why: setproctitle (every sglang child) overwrites
-    /proc/PID/environ, so the marker is invisible on schedulers and escaped workers; the
-    launch's log (their stdout/stderr) and TMPDIR (their cwd) still tie them to the launch."""
-    base = "/proc/%d" % pid
+def read_open_files(pid: int, proc: Optional[_procs.Proc] = None) -> OpenFiles:
+    """cwd and open files (regular files: psutil's open_files) of a process. Why: setproctitle
+    (every sglang child) overwrites /proc/PID/environ, so the marker is invisible on schedulers
+    and escaped workers; the launch's log (their stdout/stderr) and TMPDIR (their cwd) still tie
+    them to the launch. Nothing when gone or not readable (another user's, as non-root)."""
+    lib = _procs.require()
     try:
-        cwd: Optional[str] = os.readlink(base + "/cwd")
-    except OSError:
+        handle = _procs.handle_of(proc) if proc is not None and proc.pid == pid else lib.Process(pid)
+    except (lib.Error, ValueError):
+        return OpenFiles(None, [])
+    try:
+        cwd: Optional[str] = handle.cwd() or None
+    except lib.Error:
         cwd = None
-    fds: List[Tuple[int, str, bool]] = []
-    for name, path in _procs.fd_targets(pid):
-        if not path.startswith("/"):
-            continue  # sockets, pipes, anon inodes
-        writable = False
-        try:
-            with open("%s/fdinfo/%s" % (base, name)) as fh:
-                for line in fh:
-                    if line.startswith("flags:"):
-                        writable = int(line.split()[1], 8) & 3 in (1, 2)  # O_WRONLY | O_RDWR
-                        break
-        except (OSError, ValueError):
-            pass
-        fds.append((int(name), path, writable))
-    return OpenFiles(cwd, fds)
+    try:
+        files = handle.open_files()
+    except lib.Error:
+        files = []
+    # mode "r" is read-only; "w", "a", "r+", "a+" can write (O_WRONLY / O_RDWR)
+    return OpenFiles(cwd, [(f.fd, f.path, getattr(f, "mode", "r") != "r") for f in files])
 
 
 @dataclass
@@ -219,18 +215,22 @@ class World:
         report = _gpus.query_gpus(gpu_backend) if want_gpus else _gpus.GpuReport("none", [], "gpus: []")
         # The fuser view is only informative; skip its /proc walk when GPUs are not managed.
         holders = _gpus.device_file_holders(list(procs)) if want_gpus else {}
-        return cls(procs=procs, environ=_cached_environ(), listeners=_ports.listeners(scope.ports) if scope.ports else [],
-                   gpu_report=report, device_holders=holders,
+        listeners = _ports.listeners(scope.ports) if scope.ports else []
+        return cls(procs=procs, environ=_cached_environ(procs), listeners=listeners, gpu_report=report,
+                   device_holders=holders, files=lambda pid: read_open_files(pid, procs.get(pid)),
                    own_pids=_procs.ancestors(os.getpid(), procs), euid=os.geteuid(),
                    instances=instance_files(scope.state_dir), own_pidns=_procs.own_pid_namespace())
 
 
-def _cached_environ() -> EnvReader:
+def _cached_environ(procs: Optional[Dict[int, _procs.Proc]] = None) -> EnvReader:
+    """Environments read once per pid, through the snapshot's own handles where it has the pid."""
     cache: Dict[int, Optional[Dict[str, str]]] = {}
+    listed = procs or {}
 
     def read(pid: int) -> Optional[Dict[str, str]]:
         if pid not in cache:
-            cache[pid] = _procs.read_environ(pid)
+            proc = listed.get(pid)
+            cache[pid] = _procs.environ_of(proc) if proc is not None else _procs.read_environ(pid)
         return cache[pid]
     return read
 

@@ -172,8 +172,8 @@ def _file_candidates(dirs: Dirs, scope: Scope, euid: int, ignore: Set[int]
     if not entries:
         return [], []
     opened = [d for d in ([dirs.shm] if dirs.shm else []) + dirs.purge if d.fd is not None]
-    held = _shm.open_or_mapped([d.path for d in opened])
-    held = {path: {p for p in pids if p not in ignore and _procs.is_alive(p)} for path, pids in held.items()}
+    held = _shm.open_or_mapped([d.path for d in opened], skip=ignore)
+    held = {path: {p for p in pids if _procs.is_alive(p)} for path, pids in held.items()}
     held = {path: pids for path, pids in held.items() if pids}
     for entry in entries:
         entry.holders = _shm.holders(entry.path, held)
@@ -286,7 +286,13 @@ def _continue(sent: List[Dict[str, object]], handles: Dict[int, _pidfd.Handle],
 
 def _wait_gone(handles: Dict[int, _pidfd.Handle], pending: Set[int], deadline: float, ended: Dict[int, str],
                label: str) -> None:
-    """Until every pending target has exited or the deadline; pidfds wake the wait on exit."""
+    """Until every pending target has exited or the deadline; pidfds wake the wait on exit.
+
+    Not psutil.wait_procs: for a process that is not our child it polls whether the pid exists,
+    so a zombie whose parent has not reaped it (exited: its ports and memory are free) reads as
+    alive until the deadline, a pid reused meanwhile reads as the target still running, and it
+    sleeps in steps instead of waking on the exit. A pidfd turns readable exactly when the
+    planned process exits."""
     while pending:
         for pid in list(pending):
             if handles[pid].exited():
@@ -344,6 +350,7 @@ def _adopt(plan: Plan, targets: Dict[int, Target], handles: Dict[int, _pidfd.Han
 
 
 def _wchan(pid: int) -> str:
+    """Where a D-state process sleeps in the kernel: psutil has no API for wchan."""
     try:
         with open("/proc/%d/wchan" % pid) as fh:
             return fh.read().strip() or "0"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -34,19 +35,82 @@ def test_read_proc_self_and_identity():
     assert os.getpid() in _procs.ancestors(os.getpid()) and 1 in _procs.ancestors(os.getpid())
 
 
-def test_comm_with_spaces_and_parens(tmp_path, monkeypatch):
-    # `comm` may contain ") (" - stat must be split on the LAST ')'. A fake /proc tree.
-    fields = ["S", "7", "123", "123"] + ["0"] * 15 + ["500"] + ["0"] * 30
-    (tmp_path / "123").mkdir()
-    (tmp_path / "123" / "stat").write_text("123 (a) (b c) " + " ".join(fields) + "\n")
-    (tmp_path / "123" / "cmdline").write_bytes(b"sglang::scheduler_TP0" + b" " * 40)
-    (tmp_path / "stat").write_text("cpu 1\nbtime 1000\n")
-    monkeypatch.setattr(_procs, "PROC", str(tmp_path))
-    monkeypatch.setattr(_procs, "_BOOT_TIME", None)
-    proc = _procs.read_proc(123)
-    assert proc.comm == "a) (b c" and proc.ppid == 7 and proc.pgid == 123 and proc.state == "S"
-    assert proc.cmdline == ["sglang::scheduler_TP0"]  # setproctitle padding stripped
-    assert proc.start_time == 1000 + 500 / float(_procs._CLK_TCK)
+def test_comm_with_spaces_and_parens(tmp_path):
+    # `comm` may contain ") (": psutil splits /proc/PID/stat on the LAST ')'.
+    odd = tmp_path / "a) (b c"
+    shutil.copy(shutil.which("sleep"), str(odd))
+    child = subprocess.Popen([str(odd), "30"], start_new_session=True)
+    try:
+        assert _wait(lambda: (_procs.read_proc(child.pid) or _proc([])).comm == "a) (b c")
+        proc = _procs.read_proc(child.pid)
+        assert proc.ppid == os.getpid() and proc.pgid == child.pid == proc.sid and proc.state in ("S", "R")
+        assert proc.cmdline == [str(odd), "30"] and proc.uid == os.geteuid() and not proc.kthread
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_setproctitle_title_without_padding(emulator_python):
+    # setproctitle leaves the rest of the old argv area blank: no empty trailing arguments.
+    child = subprocess.Popen([emulator_python, "-c", "import setproctitle, time; "
+                              "setproctitle.setproctitle('sglang::scheduler_TP0'); print('ok', flush=True); "
+                              "time.sleep(30)", "x" * 200], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert child.stdout.readline().strip() == b"ok"
+        proc = _procs.read_proc(child.pid)
+        assert proc.cmdline == ["sglang::scheduler_TP0"] and "sglang process title" in _procs.sglang_reason(proc)
+        assert proc.title == "sglang::scheduler_TP0"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_argv_drops_only_trailing_blanks():
+    assert _procs._argv(["t", "", ""]) == ["t"] and _procs._argv(["a", "", "b"]) == ["a", "", "b"]
+    assert _procs._argv(None) == [] and _procs._argv([]) == []
+
+
+def test_row_identity_is_fixed_when_listed():
+    # start_time is the listed process's creation time even when read after it exited; its uid
+    # can no longer be read: -1 and state X (gone).
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        row = _procs.snapshot()[child.pid]
+        expected = _procs.start_time_of(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert expected is not None and row.start_time == expected
+    assert row.uid == -1 and row.state == "X" and row.is_zombie and row.user == "?"
+    assert _procs.start_time_of(child.pid) is None and not _procs.is_alive(child.pid)
+
+
+def test_kernel_threads_carry_the_flag():
+    kthreadd = _procs.read_proc(2)
+    if kthreadd is None or kthreadd.cmdline or kthreadd.comm != "kthreadd":
+        pytest.skip("no kernel threads visible (private PID namespace)")
+    assert kthreadd.kthread and not _procs.read_proc(os.getpid()).kthread
+
+
+def test_snapshot_matches_single_reads():
+    me = _procs.snapshot()[os.getpid()]
+    one = _procs.read_proc(os.getpid())
+    assert (me.pid, me.ppid, me.pgid, me.sid, me.comm, me.uid, me.start_time, me.cmdline) == \
+        (one.pid, one.ppid, one.pgid, one.sid, one.comm, one.uid, one.start_time, one.cmdline)
+    assert me.pgid == os.getpgrp() and me.sid == os.getsid(0)
+    assert _procs.links()[os.getpid()] == (os.getppid(), os.getpgrp())
+
+
+def test_to_dict_masks_secrets():
+    shown = _proc(["srv --api-key zzSECRETzz"]).to_dict()
+    assert "zzSECRETzz" not in repr(shown) and shown["cmdline"] == ["srv --api-key " + _redact.MASK]
+
+
+def test_library_guard_without_psutil(monkeypatch):
+    monkeypatch.setattr(_procs, "psutil", None)
+    with pytest.raises(SglangError) as err:
+        _procs.snapshot()
+    assert err.value.details["reason"] == "missing_library" and "psutil" in err.value.msg
 
 
 def test_zombie_is_not_alive():
@@ -140,9 +204,25 @@ def test_listeners_ipv4_ipv6(family, host):
     assert _ports.can_bind(host, port) is None
 
 
-def test_hex_to_addr():
-    assert _ports._hex_to_addr("0100007F", "ipv4") == "127.0.0.1"
-    assert _ports._hex_to_addr("00000000000000000000000001000000", "ipv6") == "::1"
+def test_listening_socket_shared_across_fork_lists_every_holder():
+    # psutil's connection table names one pid per socket; a forked child holding the listening
+    # socket must be found too (a teardown that missed it would leave the port held).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    port = sock.getsockname()[1]
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], pass_fds=[sock.fileno()])
+    try:
+        assert _wait(lambda: any(child.pid in l.pids for l in _ports.listeners([port])))
+        found = _ports.listeners([port])
+        assert len(found) == 1 and found[0].pids == sorted([os.getpid(), child.pid]) and found[0].inode > 0
+        assert _ports.has_listener(port)
+        assert [l.pids for l in _ports.listeners_by_pid([child.pid]) if l.port == port] == [[child.pid]]
+    finally:
+        child.kill()
+        child.wait()
+        sock.close()
+    assert not _ports.has_listener(port)
 
 
 # --- _gpus ------------------------------------------------------------------------------------
