@@ -857,28 +857,37 @@ class Readiness:
         if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
             raise SglangError("the resume state of a sliced wait is missing or of another version",
                               reason="invalid_argument")
+        try:
+            return cls._restored(state, opts, clock, sleep)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SglangError("the resume state of a sliced wait is not one this module wrote (%s: %s)"
+                              % (type(exc).__name__, exc), reason="invalid_argument")
+
+    @classmethod
+    def _restored(cls, state: Dict[str, Any], opts: Options, clock: Callable[[], float],
+                  sleep: Callable[[float], None]) -> "Readiness":
         inst = Instance(**state["instance"])
-        self = cls(inst, opts, clock, sleep)
+        waiter = cls(inst, opts, clock, sleep)
         now = clock()
         started = float(state["started"])
         # One host, one monotonic clock; should it ever be behind, the elapsed time carries on.
-        self.started = started if started <= now else now - float(state.get("elapsed") or 0.0)
-        self.started_epoch = float(state["started_epoch"])
-        self.mode = state["mode"]
-        self.waiting_for = state["waiting_for"]
-        self._next_verify, self._next_stale = state["next_verify"], state["next_stale"]
-        self._proven_at, self._proven_since_launch = state["proven_at"], state["proven_since_launch"]
-        self._listening, self._lost_note = bool(state["listening"]), state["lost_note"]
-        self.info, self.info_endpoint = state["info"], state["info_endpoint"]
-        self.matched, self.health_status = dict(state["matched"] or {}), state["health_status"]
+        waiter.started = started if started <= now else now - float(state.get("elapsed") or 0.0)
+        waiter.started_epoch = float(state["started_epoch"])
+        waiter.mode = state["mode"]
+        waiter.waiting_for = state["waiting_for"]
+        waiter._next_verify, waiter._next_stale = state["next_verify"], state["next_stale"]
+        waiter._proven_at, waiter._proven_since_launch = state["proven_at"], state["proven_since_launch"]
+        waiter._listening, waiter._lost_note = bool(state["listening"]), state["lost_note"]
+        waiter.info, waiter.info_endpoint = state["info"], state["info_endpoint"]
+        waiter.matched, waiter.health_status = dict(state["matched"] or {}), state["health_status"]
         owners = state.get("owners")
-        self.owners = PortOwners(owners["listeners"], owners["foreign"]) if owners else None
+        waiter.owners = PortOwners(owners["listeners"], owners["foreign"]) if owners else None
         holders = [p for p in (inst.pid, inst.supervisor_pid) if p]
-        self.follower = LogFollower.restore(state["follower"], holders)
-        self.log.restore(state["log"])
-        self.progress = ProgressTracker(state.get("progress"))
-        self._begun = True
-        return self
+        waiter.follower = LogFollower.restore(state["follower"], holders)
+        waiter.log.restore(state["log"])
+        waiter.progress = ProgressTracker(state.get("progress"))
+        waiter._begun = True
+        return waiter
 
 
 def redact_deep(value: Any, secrets: Sequence[str]) -> Any:

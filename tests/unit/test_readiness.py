@@ -792,3 +792,11 @@ def test_pending_says_where_the_start_is(tmp_path, sleeper):
     assert step.pending["progress"]["shards"] == [31, 64]
     assert step.pending["phase"] == "weight load begin"
     assert "sk-secret-123" not in _json.dumps(step.state)
+
+
+@pytest.mark.parametrize("state", [{"version": 99}, {"version": _readiness.SNAPSHOT_VERSION},
+                                   {"version": _readiness.SNAPSHOT_VERSION, "instance": {"pid": 1, "bogus": 2}}])
+def test_a_resume_state_this_module_did_not_write_is_refused(state):
+    with pytest.raises(SglangError) as err:
+        _readiness.wait_ready_slice(None, _opts(), state, 1.0)
+    assert err.value.details["reason"] == "invalid_argument"
