@@ -81,8 +81,10 @@ def holders(path: str, held: Dict[str, Set[int]]) -> List[int]:
     return sorted(pids)
 
 
-def _listed(checked: _purge.CheckedDir, held: Dict[str, Set[int]], patterns: Optional[Iterable[str]],
+def _listed(checked: _purge.CheckedDir, held: Optional[Dict[str, Set[int]]], patterns: Optional[Iterable[str]],
             owner: Optional[int]) -> List[ShmEntry]:
+    """The entries of a checked directory (matching `patterns`, of `owner`), with their holders;
+    `held` None: found here, and only when there is an entry (the pass covers every process)."""
     names = _purge.listdir(checked)
     if patterns is not None:
         pats = tuple(patterns)
@@ -92,15 +94,17 @@ def _listed(checked: _purge.CheckedDir, held: Dict[str, Set[int]], patterns: Opt
         if owner is not None and entry.uid != owner:
             continue  # another user's file: not ours to delete (all_users is false)
         path = os.path.join(checked.path, entry.name)
-        out.append(ShmEntry(path, entry.size, entry.is_dir, holders(path, held), entry.uid, checked, owner))
+        out.append(ShmEntry(path, entry.size, entry.is_dir, [], entry.uid, checked, owner))
+    if held is None:
+        held = open_or_mapped([checked.path]) if out and checked.fd is not None else {}
+    for item in out:
+        item.holders = holders(item.path, held)
     return out
 
 
 def scan_checked(checked: _purge.CheckedDir, patterns: Iterable[str] = PATTERNS,
                  held: Optional[Dict[str, Set[int]]] = None, owner: Optional[int] = None) -> List[ShmEntry]:
     """Entries of a checked shm dir matching `patterns` (with `owner`: only that uid's)."""
-    if held is None:
-        held = open_or_mapped([checked.path]) if checked.fd is not None else {}
     return _listed(checked, held, patterns, owner)
 
 

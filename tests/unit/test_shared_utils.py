@@ -273,6 +273,17 @@ def test_shm_scan_holders(tmp_path):
     assert _shm.scan(str(tmp_path / "missing")) == []
 
 
+def test_shm_scan_walks_the_processes_only_when_something_matches(tmp_path, monkeypatch):
+    # the holder pass reads every process's fds and maps: a clean shm dir needs none of it
+    calls = []
+    real = _shm.open_or_mapped
+    monkeypatch.setattr(_shm, "open_or_mapped", lambda *a, **k: calls.append(a) or real(*a, **k))
+    (tmp_path / "notes.txt").write_text("not a pattern")
+    assert _shm.scan(str(tmp_path)) == [] and calls == []
+    (tmp_path / "psm_1").write_bytes(b"x")
+    assert [os.path.basename(e.path) for e in _shm.scan(str(tmp_path))] == ["psm_1"] and len(calls) == 1
+
+
 def test_shm_mapped_file_counts_as_held(tmp_path):
     import mmap
     path = tmp_path / "sglang_host_pool_1.mmap"
