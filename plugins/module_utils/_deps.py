@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import json
 import os
+import pwd
 import stat
 import subprocess
 import sys
@@ -44,35 +45,54 @@ def missing(libs: Sequence[str] = REQUIRED, import_them: bool = True) -> List[st
     return out
 
 
-def _safe_entry(path: str, euid: int) -> bool:
-    """Owned by root or this user, and not writable by group or others (a root-owned sticky
-    directory such as /tmp is fine: nobody else can replace what is in it)."""
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _entry_problem(path: str, euid: int) -> Optional[str]:
+    """None when `path` is owned by root or this user and not writable by group or others (a
+    root-owned sticky directory such as /tmp is fine: nobody else can replace what is in it);
+    else why not."""
     try:
         st = os.lstat(path)
-    except OSError:
-        return False
+    except OSError as exc:
+        return "unreadable (%s: %s)" % (path, exc.strerror or exc)
     if st.st_uid not in (0, euid):
-        return False
+        return "owned by user %s (%s)" % (_owner(st.st_uid), path)
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not stat.S_ISLNK(st.st_mode):
-        return stat.S_ISDIR(st.st_mode) and bool(st.st_mode & stat.S_ISVTX) and st.st_uid == 0
-    return True
+        if not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == 0):
+            return "writable by group or others (%s)" % path
+    return None
 
 
-def trusted(python: str, euid: Optional[int] = None) -> bool:
-    """May this interpreter be run (and named) by this module? The path as given and its real
-    file, and every directory above both, are root's or this user's and closed to others."""
+def untrusted_reason(path: str, euid: Optional[int] = None) -> Optional[str]:
+    """None when nobody but root or this user (`euid`) can replace `path`: the path as given
+    and its real target, and every directory above both, are theirs and closed to others.
+    Else why not, e.g. "owned by user alice (/home/alice)"."""
     euid = os.geteuid() if euid is None else euid
-    if not os.path.isabs(python):
-        return False
-    for path in {os.path.abspath(python), os.path.realpath(python)}:
-        probe = path
+    if not os.path.isabs(path):
+        return "not an absolute path (%s)" % path
+    for full in (os.path.abspath(path), os.path.realpath(path)):
+        probe = full
         while True:
-            if not _safe_entry(probe, euid):
-                return False
+            problem = _entry_problem(probe, euid)
+            if problem is not None:
+                return problem
             parent = os.path.dirname(probe)
             if parent == probe:
                 break
             probe = parent
+    return None
+
+
+def trusted(python: str, euid: Optional[int] = None) -> bool:
+    """May this interpreter be run (and named) by this module? Nobody but root or this user can
+    replace it (untrusted_reason), and it is an executable file."""
+    if untrusted_reason(python, euid) is not None:
+        return False
     real = os.path.realpath(python)
     return os.path.isfile(real) and os.access(real, os.X_OK)
 

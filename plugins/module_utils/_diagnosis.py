@@ -51,13 +51,29 @@ def interpreter(interp: Optional[Dict[str, Any]], elsewhere: List[Dict[str, Any]
         return []
     if in_use:
         return ["python %s has no sglang; %s" % (interp["path"], suggestion(in_use[0]))]
+    # an install marked untrusted (another user can replace it) is never named as advice
     others = ", ".join("%s has %s" % (e.get("python") or e.get("location"), e.get("sglang_version"))
-                       for e in elsewhere)
+                       for e in elsewhere if e.get("trusted", True))
     if others:
         return ["python %s has no sglang, but %s: use venv/python to point at it"
                 % (interp["path"], others)]
+    if any(not e.get("trusted", True) for e in elsewhere):
+        return ["python %s has no sglang, and every other sglang install found can be replaced by someone other "
+                "than root or this module's user (not suggested, see below)" % interp["path"]]
     return ["python %s has no sglang, and no other sglang install was found under the search paths"
             % interp["path"]]
+
+
+def not_suggested(items: List[Dict[str, Any]], user: str) -> List[str]:
+    """Interpreters with sglang that were left out of the advice because someone other than root
+    or `user` can replace them (see _deps.untrusted_reason)."""
+    out = []
+    for item in items:
+        version = "sglang %s, " % item["sglang_version"] if item.get("sglang_version") else ""
+        out.append("python %s (%s%s) is %s - not suggested: only interpreters that nobody but root or user %s "
+                   "can replace are named" % (item["python"], version, item.get("source") or "found on this host",
+                                              item.get("why"), user))
+    return out
 
 
 def servers(items: List[Dict[str, Any]], now: Optional[float] = None) -> List[str]:

@@ -15,6 +15,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _deps
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 # Globs for discover(); each match is an env root (venv, conda env, prefix) or a lib/pythonX.Y dir.
@@ -325,7 +326,9 @@ def running_interpreter_roots() -> List[str]:
 
 
 def where_is_sglang(interp: Interpreter, search_paths: Optional[List[str]] = None) -> List[Dict[str, Any]]:
-    """Other installs of sglang, for "the given python lacks sglang but X has version Y"."""
+    """Other installs of sglang, for "the given python lacks sglang but X has version Y": only
+    those nobody but root or this user can replace (advice to run another user's python as root
+    would hand that user root)."""
     own = {os.path.abspath(interp.path)}
     own_loc = os.path.realpath(interp.sglang_location) if interp.sglang_location else None
     out = []
@@ -335,8 +338,17 @@ def where_is_sglang(interp: Interpreter, search_paths: Optional[List[str]] = Non
             continue
         if own_loc and item["location"] and os.path.realpath(item["location"]) == own_loc:
             continue
+        if untrusted_install(item) is not None:
+            continue
         out.append(item)
     return out
+
+
+def untrusted_install(item: Dict[str, Any]) -> Optional[str]:
+    """Why an install found by discover() must not be suggested (see _deps.untrusted_reason),
+    judged by its interpreter, else by its package directory; None when it may be."""
+    path = item.get("python") or item.get("location") or item.get("dist_info")
+    return _deps.untrusted_reason(path) if path else "no path"
 
 
 def _version_of(python: str, venv: Optional[str], installs: List[Dict[str, Any]]) -> Optional[str]:
@@ -350,11 +362,16 @@ def _version_of(python: str, venv: Optional[str], installs: List[Dict[str, Any]]
 
 
 def in_use(servers: List[Dict[str, Any]], records: List[Dict[str, Any]], installs: List[Dict[str, Any]],
-           exclude: Optional[str] = None, user: Optional[str] = None) -> List[Dict[str, Any]]:
+           exclude: Optional[str] = None, user: Optional[str] = None,
+           untrusted: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
     """The interpreters this host's sglang instances run with, best first: running servers
     (launched instances and those of `user` first), then launch records whose server is gone.
     [{python, venv, sglang_version, source}]; `exclude` (the interpreter being diagnosed) and
-    its venv are left out. This, not just any sglang install, is what a broken one should use."""
+    its venv are left out. This, not just any sglang install, is what a broken one should use.
+
+    Only interpreters nobody but root or this module's user can replace are returned (another
+    user's venv, run as root on that advice, would hand that user root); the others go to
+    `untrusted`, each with `why` (for example "owned by user alice (/home/alice)")."""
     skip = {os.path.abspath(exclude)} if exclude else set()
     skip_venv = _venv_root_of(os.path.abspath(exclude)) if exclude else None
     found: List[Dict[str, Any]] = []
@@ -364,10 +381,16 @@ def in_use(servers: List[Dict[str, Any]], records: List[Dict[str, Any]], install
             return
         if skip_venv and venv and os.path.abspath(venv) == os.path.abspath(skip_venv):
             return
-        if any(f["python"] == os.path.abspath(python) for f in found):
+        path = os.path.abspath(python)
+        if any(f["python"] == path for f in found + (untrusted if untrusted is not None else [])):
             return
-        found.append({"python": os.path.abspath(python), "venv": venv,
-                      "sglang_version": version or _version_of(python, venv, installs), "source": source})
+        item = {"python": path, "venv": venv, "sglang_version": version or _version_of(python, venv, installs),
+                "source": source}
+        why = _deps.untrusted_reason(path)
+        if why is None:
+            found.append(item)
+        elif untrusted is not None:
+            untrusted.append(dict(item, why=why))
 
     def order(server: Dict[str, Any]) -> Any:
         return (server.get("user") != user if user else False, not server.get("instance"), server.get("pid") or 0)

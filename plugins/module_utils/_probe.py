@@ -18,7 +18,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _deps, _diagn
 from ansible_collections.llmops.sglang.plugins.module_utils import _probe_report
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import (
-    DEFAULT_SEARCH_PATHS, discover, in_use, resolve)
+    DEFAULT_SEARCH_PATHS, discover, in_use, resolve, untrusted_install)
 from ansible_collections.llmops.sglang.plugins.module_utils._introspect import flag_lookup, introspect
 from ansible_collections.llmops.sglang.plugins.module_utils._record import default_state_dir, read_json
 from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, redact_tree
@@ -292,6 +292,16 @@ def _install_roots(servers: List[Dict[str, Any]], records: List[Dict[str, Any]])
     return sorted(roots)
 
 
+def _add_untrusted(into: List[Dict[str, Any]], installs: List[Dict[str, Any]]) -> None:
+    """Installs left out of the advice, in the `not_suggested` form (once per interpreter)."""
+    for item in installs:
+        python = item.get("python") or item.get("location")
+        if python and not any(n["python"] == python for n in into):
+            into.append({"python": python, "venv": item.get("venv"), "sglang_version": item.get("sglang_version"),
+                         "source": "an sglang install at %s" % (item.get("location") or item.get("dist_info")),
+                         "why": item.get("untrusted_why")})
+
+
 def check_params(p: Dict[str, Any]) -> None:
     """Bad input fails before anything is read (reason bad_input)."""
     for port in p["ports"] or []:
@@ -344,17 +354,28 @@ def run(p: Dict[str, Any], warn: Warn) -> Tuple[Dict[str, Any], Optional[SglangE
 
     # A broken or sglang-less interpreter: what to use instead is what this host's instances run with.
     asked = interp.path if interp is not None else _asked_python(p)
-    using = in_use(result["servers"], result["records"], result["interpreters"], exclude=asked, user=user)
+    # Only interpreters nobody but root or this user can replace are ever suggested.
+    not_suggested: List[Dict[str, Any]] = []
+    using = in_use(result["servers"], result["records"], result["interpreters"], exclude=asked, user=user,
+                   untrusted=not_suggested)
+    for item in result["interpreters"]:
+        why = untrusted_install(item)
+        item["trusted"] = why is None
+        item["untrusted_why"] = why
+    result["not_suggested"] = not_suggested
     lacking: List[str] = []
     if interp is not None and not interp.sglang_installed:
         own = os.path.abspath(interp.path)
         elsewhere = [i for i in result["interpreters"] if not i["python"] or os.path.abspath(i["python"]) != own]
+        _add_untrusted(not_suggested, [i for i in elsewhere if not i["trusted"]])
         lacking = _diagnosis.interpreter(result["interpreter"], elsewhere, using)
         result["diagnosis"] += lacking
     if (failure is not None or lacking) and using:
         result["suggested_interpreter"] = using[0]
         if failure is not None:
             failure = SglangError("%s; %s" % (failure.msg, _diagnosis.suggestion(using[0])), **failure.details)
+    if failure is not None or lacking:
+        result["diagnosis"] += _diagnosis.not_suggested(not_suggested, user)
 
     if failure is None and interp is not None and (p["introspect"] or p["flags"]):
         if not interp.sglang_installed:

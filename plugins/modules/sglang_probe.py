@@ -21,7 +21,8 @@ description:
     installed there, with version, location and entry points. This imports neither torch nor sglang.
     When it lacks sglang or is broken, the diagnosis (and the failure message) names the venv the
     running instance uses (its server's interpreter, or its launch record's), not just any
-    sglang install found (RV(suggested_interpreter)).
+    sglang install found (RV(suggested_interpreter)). Only an interpreter that nobody but root or
+    the module's user can replace is ever suggested; the others are listed in RV(not_suggested).
   - Lists every interpreter on the host that has sglang, read from installed metadata
     (C(sglang-*.dist-info)) under O(search_paths) without starting those interpreters.
   - With O(introspect=true) or O(flags), reads the full command line interface of THAT sglang
@@ -217,13 +218,18 @@ interpreter:
     error: null
     executable: /root/ml-env/bin/python
 interpreters:
-  description: Every sglang install found under O(search_paths), read from metadata.
+  description:
+    - Every sglang install found under O(search_paths) (and where running servers and launch
+      records point), read from metadata.
+    - C(trusted) is false when someone other than root or the module's user can replace the
+      install (C(untrusted_why) says who or what); such an install is never suggested.
   returned: always
   type: list
   elements: dict
   sample: [{python: /root/ml-env/bin/python, venv: /root/ml-env, sglang_version: 0.5.23,
             location: /root/ml-env/lib/python3.11/site-packages/sglang,
-            dist_info: /root/ml-env/lib/python3.11/site-packages/sglang-0.5.23.dist-info}]
+            dist_info: /root/ml-env/lib/python3.11/site-packages/sglang-0.5.23.dist-info,
+            trusted: true, untrusted_why: null}]
 flags:
   description:
     - Flag name (long form) -> C(type), C(default), C(choices), C(required), C(help); with
@@ -324,6 +330,17 @@ suggested_interpreter:
   type: dict
   sample: {python: /root/ml-env/bin/python, venv: /root/ml-env, sglang_version: 0.5.23,
            source: "the running instance 'serving' (pid 4242)"}
+not_suggested:
+  description:
+    - Interpreters with sglang that this host's servers, launch records or installs point at but
+      that someone other than root or the module's user can replace (another user's venv, a
+      directory writable by others) - python, venv, sglang_version, source and C(why) (for
+      example V(owned by user alice (/home/alice))). They are never named in
+      RV(suggested_interpreter) or as advice; when an interpreter lacks sglang, RV(diagnosis)
+      lists each as not suggested.
+  returned: always
+  type: list
+  elements: dict
 unavailable:
   description:
     - What could not be read, and why - for example the process table without psutil, or a port's

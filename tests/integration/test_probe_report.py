@@ -41,7 +41,9 @@ def test_default_is_the_short_report_and_detail_has_everything(emulator_python, 
     assert srv["state"] == "answering" and srv["instance"] == INSTANCE and srv["port"] == port
     assert srv["model_path"] == "org/model" and srv["tp_size"] == "2"
     assert set(srv) == {"id", "pid", "main", "state", "instance", "user", "age_seconds", "port", "listening_ports",
-                        "model_path", "tp_size", "interpreter", "pids", "members", "orphaned"}
+                        "model_path", "tp_size", "interpreter", "pids", "members", "orphaned", "containment",
+                        "cgroup", "unit"}
+    assert srv["containment"] is None  # started by hand: no launch record
     assert all(set(m) == {"pid", "role", "rank", "state", "orphaned"} for m in srv["members"])
     assert "shm" not in short and "argv" not in srv and "env" not in srv
     (rep,) = short["ports"]

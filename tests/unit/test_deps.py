@@ -118,3 +118,17 @@ def test_require_fails_with_missing_library_and_the_interpreter(tmp_path, monkey
     failure = module.failed[0]
     assert failure["reason"] == "missing_library" and failure["missing_libraries"] == ["no_such_library_llmops"]
     assert failure["interpreter_with_libraries"] == good and good in failure["msg"]
+
+
+def test_untrusted_reason_says_who_or_what_could_replace_it(tmp_path):
+    py = _fake_python(tmp_path / "env" / "bin" / "python", True)
+    assert _deps.untrusted_reason(py) is None
+    (tmp_path / "env").chmod(0o777)
+    assert _deps.untrusted_reason(py) == "writable by group or others (%s)" % (tmp_path / "env")
+    (tmp_path / "env").chmod(0o755)
+    if os.geteuid() == 0:
+        os.chown(str(tmp_path / "env" / "bin"), 4321, 4321)
+        assert _deps.untrusted_reason(py) == "owned by user 4321 (%s)" % (tmp_path / "env" / "bin")
+        assert _deps.trusted(py) is False
+    assert _deps.untrusted_reason("python3").startswith("not an absolute path")
+    assert _deps.untrusted_reason(str(tmp_path / "nope")).startswith("unreadable")

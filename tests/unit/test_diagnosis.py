@@ -107,3 +107,19 @@ def test_dependencies_sentence():
     assert named == ["python /usr/bin/python3 (running this module) cannot import psutil: rerun with "
                      "`-e ansible_python_interpreter=/root/ml-env/bin/python`"]
     assert "no interpreter on this host" in G.dependencies(["psutil", "requests"], "/usr/bin/python3", None)[0]
+
+
+def test_untrusted_installs_are_never_named_as_advice_and_are_listed_apart():
+    interp = {"path": "/usr/bin/python3", "sglang_installed": False}
+    theirs = {"python": "/home/bob/env/bin/python", "sglang_version": "0.5.23", "trusted": False}
+    ours = {"python": "/opt/ml/bin/python", "sglang_version": "0.5.22", "trusted": True}
+    assert G.interpreter(interp, [theirs, ours]) == [
+        "python /usr/bin/python3 has no sglang, but /opt/ml/bin/python has 0.5.22: use venv/python to point at it"]
+    only = G.interpreter(interp, [theirs])
+    assert "/home/bob" not in only[0] and "not suggested" in only[0]
+    lines = G.not_suggested([{"python": "/home/bob/env/bin/python", "sglang_version": "0.5.23",
+                              "source": "the running sglang server pid 7 (user bob)",
+                              "why": "owned by user bob (/home/bob)"}], "root")
+    assert lines == ["python /home/bob/env/bin/python (sglang 0.5.23, the running sglang server pid 7 (user bob)) "
+                     "is owned by user bob (/home/bob) - not suggested: only interpreters that nobody but root "
+                     "or user root can replace are named"]

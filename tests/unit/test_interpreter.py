@@ -156,8 +156,11 @@ def test_where_is_sglang_excludes_the_interpreter_itself(tmp_path, monkeypatch):
     assert I.where_is_sglang(same, [root]) == []
 
 
-def test_in_use_prefers_running_instances_then_dead_records(tmp_path):
+def test_in_use_prefers_running_instances_then_dead_records(tmp_path, monkeypatch):
+    from ansible_collections.llmops.sglang.plugins.module_utils import _deps
     from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import in_use
+
+    monkeypatch.setattr(_deps, "untrusted_reason", lambda path, euid=None: None)  # synthetic paths
 
     servers = [
         {"main": True, "pid": 7, "user": "bob", "instance": None,
@@ -182,3 +185,37 @@ def test_in_use_prefers_running_instances_then_dead_records(tmp_path):
     assert got[0]["source"] == "the running instance 'serving' (pid 8)" and got[0]["sglang_version"] == "0.5.23"
     assert got[1]["sglang_version"] is None
     assert got[3]["sglang_version"] == "0.5.6" and "last launch of instance 'old'" in got[3]["source"]
+
+
+def test_in_use_never_returns_an_interpreter_another_user_can_replace(monkeypatch):
+    """bob's venv is listed apart (with why), never returned as advice, whatever its rank."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _deps
+    from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import in_use
+
+    monkeypatch.setattr(_deps, "untrusted_reason", lambda path, euid=None: "owned by user bob (/home/bob)"
+                        if path.startswith("/home/bob/") else None)
+    servers = [{"main": True, "pid": 7, "user": "root", "instance": "serving",
+                "interpreter": {"cmdline": "/home/bob/env/bin/python", "venv": "/home/bob/env"}},
+               {"main": True, "pid": 9, "user": "root", "instance": None,
+                "interpreter": {"cmdline": "/opt/other/bin/python", "venv": "/opt/other"}}]
+    records = [{"name": "old", "path": "/s/old.json", "alive": False, "interpreter": "/home/bob/env/bin/python",
+                "venv": "/home/bob/env"}]
+    withheld: list = []
+    got = in_use(servers, records, [], user="root", untrusted=withheld)
+    assert [g["python"] for g in got] == ["/opt/other/bin/python"]
+    assert [(w["python"], w["why"]) for w in withheld] == [("/home/bob/env/bin/python",
+                                                             "owned by user bob (/home/bob)")]
+    assert withheld[0]["source"] == "the running instance 'serving' (pid 7)"
+    assert in_use(servers, records, [], user="root") == got  # without a collector: just left out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_where_is_sglang_leaves_out_another_users_install(tmp_path, monkeypatch):
+    monkeypatch.setattr(I, "running_interpreter_roots", lambda: [])
+    mine = _fake_install(tmp_path / "mine", "0.5.23")
+    theirs = _fake_install(tmp_path / "theirs", "0.5.24")
+    os.chown(theirs, 4321, 4321)
+    got = I.where_is_sglang(I.Interpreter(path="/usr/bin/python3"), [mine, theirs])
+    assert [o["python"] for o in got] == [os.path.join(mine, "bin", "python")]
+    item = I.discover([theirs])[0]
+    assert I.untrusted_install(item) == "owned by user 4321 (%s)" % theirs
