@@ -43,7 +43,10 @@ author:
   - llmops.sglang contributors (@llmops)
 requirements:
   - Linux (C(mincore), C(posix_fadvise), C(/proc/self/fd)).
-  - psutil on the managed host (MemAvailable and MemTotal).
+  - psutil and requests for the Python that runs the module (SGLang's venv has both; psutil reads
+    MemAvailable and MemTotal). Without them the module fails with reason V(missing_library),
+    naming an interpreter on the host that has them (RV(interpreter_with_libraries)) to pass as
+    C(ansible_python_interpreter).
 options:
   model_path:
     description:
@@ -250,16 +253,30 @@ refused:
   type: list
   elements: dict
 reason:
-  description: The failure code (see notes).
+  description: The failure code (see notes); V(missing_library) when psutil or requests is not importable.
   returned: on failure
   type: str
+missing_libraries:
+  description: The Python libraries the module's interpreter could not import.
+  returned: when reason is missing_library
+  type: list
+  elements: str
+  sample: [psutil]
+interpreter_with_libraries:
+  description:
+    - An interpreter on the host that imports psutil and requests (run only when nobody but root
+      or the module's user can replace it), to pass as C(ansible_python_interpreter); null when
+      none was found.
+  returned: when reason is missing_library
+  type: str
+  sample: /root/ml-env/bin/python
 """
 
 from typing import Any, Dict
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _prewarm
+from ansible_collections.llmops.sglang.plugins.module_utils import _deps, _exit, _prewarm
 
 
 def argument_spec() -> Dict[str, Any]:
@@ -291,9 +308,7 @@ def body(module: AnsibleModule) -> Dict[str, Any]:
 
 def main() -> None:
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if not _prewarm.HAS_PSUTIL:
-        module.fail_json(msg=missing_required_lib("psutil"), reason="missing_library",
-                         exception=repr(_prewarm.PSUTIL_IMPORT_ERROR))
+    _deps.require(module)
     _exit.run(module, body, "sglang_prewarm")
 
 
