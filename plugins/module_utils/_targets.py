@@ -7,8 +7,9 @@ descendant of a target. Protections are applied last and always win: the module'
 ancestors, PID 1, kernel threads, processes in another PID namespace (a container's, unless the
 launch record names them), protected names, other users' processes (unless all_users).
 
-Everything here is pure over a `World` (a snapshot of /proc, environments, listeners and GPUs),
-so the selection rules are unit-testable with synthetic processes and never race a signal.
+Everything here is pure over a `World` (a snapshot of the process table, environments,
+listeners and GPUs), so the selection rules are unit-testable with synthetic processes and never
+race a signal.
 """
 from __future__ import annotations
 
