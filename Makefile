@@ -55,7 +55,7 @@ test-unit: venv
 test-emulator: venv emulator-venv
 	$(PYTEST) -q tests/emulator/tests
 
-test-integration: venv emulator-venv
+test-integration: venv emulator-venv router-venv
 	$(PYTEST) -q tests/integration
 
 # One test per finding of the shared-host threat model (root, a throwaway user, private PID namespaces)
@@ -87,11 +87,15 @@ build: venv
 test-multihost: venv emulator-venv
 	./scripts/multihost.sh
 
-bench: venv emulator-venv
+bench: venv emulator-venv router-venv
 	$(BIN)/python benchmarks/run_all.py
 
 gpu:
 	@echo "GPU validation runs on a GPU host: bash tests/gpu/run.sh (see docs/gpu-validation.md)"
 
+# The real sglang-router (0.3.2, a Rust binary on CPU) for the fleet-roll tests and benchmark
+router-venv:
+	./scripts/router_venv.sh
+
 clean:
-	rm -rf $(VENV) $(EMU_VENV) build tests/output
+	rm -rf $(VENV) $(EMU_VENV) .venv-router .venv-router-* build tests/output
