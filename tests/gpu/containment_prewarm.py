@@ -27,7 +27,8 @@ default this one), CPW_EMU_PYTHONPATH (where `sglang` = the emulator is found; d
 tests/emulator), CPW_CKPT_DIR (default: a directory on the work dir's filesystem), CPW_CKPT_GIB
 (20), CPW_SHARD_MIB (1024), CPW_TP_CONTAIN (2), CPW_TP_LOAD (1), CPW_GPU_MIB (4096),
 CPW_EVICT (drop_caches | fadvise: the CPU rehearsal must never drop a shared machine's caches),
-CPW_GPU (1, or 0: no NVML, CPU mode), CPW_GRACE (10), CPW_KEEP_CKPT (0).
+CPW_GPU (1, or 0: no NVML, CPU mode), CPW_GRACE (10), CPW_KEEP_CKPT (0), CPW_LOADERS (0.5.6: the
+loader wording/behaviour the emulator imitates, a comma list; 0.5.23 loads 8 shards at a time).
 """
 from __future__ import annotations
 
@@ -46,6 +47,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
+if not os.path.isdir(os.path.join(ROOT, "collections", "ansible_collections", "llmops", "sglang")):
+    # collections/ is made by `make` (gitignored): a copy of the checkout without it gets a
+    # private link tree ansible_collections/llmops/sglang -> the checkout
+    _coll = os.path.join(os.environ.get("CPW_WORK") or "/tmp/llmops-cpw", "collections")
+    os.makedirs(os.path.join(_coll, "ansible_collections", "llmops"), mode=0o700, exist_ok=True)
+    if not os.path.lexists(os.path.join(_coll, "ansible_collections", "llmops", "sglang")):
+        os.symlink(ROOT, os.path.join(_coll, "ansible_collections", "llmops", "sglang"))
+    sys.path.insert(0, _coll)
 
 import psutil  # noqa: E402
 
@@ -66,6 +75,9 @@ EVICT = os.environ.get("CPW_EVICT", "drop_caches")
 USE_GPU = os.environ.get("CPW_GPU", "1") == "1"
 GRACE = float(os.environ.get("CPW_GRACE", "10"))
 PHASES = [p for p in os.environ.get("CPW_PHASES", "containment,prewarm").split(",") if p]
+# The loader the emulator imitates: 0.5.6 loads the shards one after another in one thread;
+# 0.5.23 (`Multi-thread loading shards`) keeps 8 shard loads in flight. One prewarm phase each.
+LOADERS = [v for v in os.environ.get("CPW_LOADERS", "0.5.6").split(",") if v]
 TOKEN = os.environ.get("CPW_TOKEN") or "%x" % os.getpid()
 MEM_TOL_MIB = 64
 KNOBS = {  # KINDS.md: NVLink multicast stays off, also in programs started with their own env
@@ -153,6 +165,7 @@ class Poller(threading.Thread):
             with self.lock:
                 path = self.cgroup
             pop: Optional[str] = None
+            t_cg = time.monotonic()
             if path:
                 try:
                     with open(os.path.join(path, "cgroup.events")) as fh:
@@ -162,14 +175,17 @@ class Poller(threading.Thread):
             used = self.gpu.used_mib() if self.gpu.handles else []
             nprocs = len(self.gpu.procs()) if self.gpu.handles else 0
             with self.lock:
-                self.samples.append((time.monotonic(), used, nprocs, pop))
+                self.samples.append((time.monotonic(), used, nprocs, pop, t_cg))
             time.sleep(0.02)
 
-    def first(self, pred: Callable[[Tuple[float, List[int], int, Optional[str]]], bool], after: float) -> Optional[float]:
+    def first(self, pred: Callable[[Tuple[float, List[int], int, Optional[str], float]], bool], after: float,
+              cgroup_time: bool = False) -> Optional[float]:
+        """When pred first held after `after` (the GPU reading's time, or the cgroup read's)."""
         with self.lock:
             for s in self.samples:
-                if s[0] >= after and pred(s):
-                    return s[0]
+                when = s[4] if cgroup_time else s[0]
+                if when >= after and pred(s):
+                    return when
         return None
 
 
@@ -360,7 +376,8 @@ def containment_run(gpu: Gpu, poll: Poller, idle: List[int], label: str, fault: 
     time.sleep(0.05)
     res = ln.stop()
     t_stop = res["t_start"]
-    gone_at = poll.first(lambda s: s[3] in ("0", "gone"), t_stop)
+    time.sleep(0.5)  # the poller's samples of the last moments
+    gone_at = poll.first(lambda s: s[3] in ("0", "gone"), t_stop, cgroup_time=True)
     idle_at = poll.first(lambda s: bool(s[1]) and all(u <= i + MEM_TOL_MIB for u, i in zip(s[1], idle)), t_stop)
     nvml_clear_at = poll.first(lambda s: s[2] == 0, t_stop)
     poll.watch(None)
@@ -475,25 +492,30 @@ def restart(old: Launch, new: Launch, gpu: Gpu, idle: List[int]) -> Dict[str, An
             "launch_to_ready_s": round(ready_s, 3), "downtime_s": round(downtime, 3), **new.phases()}
 
 
-def prewarm_phase(gpu: Gpu, idle: List[int]) -> Dict[str, Any]:
+def checkpoint() -> Tuple[str, Dict[str, Any]]:
     folder = os.environ.get("CPW_CKPT_DIR") or os.path.join(WORK, "ckpt")
-    out: Dict[str, Any] = {"checkpoint_dir": folder, "tp": TP_LOAD, "evict": EVICT}
-    RESULTS["prewarm"] = out  # filled in step by step; written out after each step
     st = os.statvfs(os.path.dirname(folder) or "/")
-    out["fs"] = _fstype(folder)
-    log("writing the checkpoint: %.0f GiB in %d MiB shards under %s (%s, %.0f GiB free)"
-        % (CKPT_GIB, SHARD_MIB, folder, out["fs"], st.f_bavail * st.f_frsize / 2 ** 30))
-    out["checkpoint"] = write_checkpoint(folder, CKPT_GIB, SHARD_MIB)
-    log("checkpoint: %s" % out["checkpoint"])
-    out["mem_after_write"] = meminfo()
-    env = {"SGLANG_EMULATOR_LOAD_WEIGHTS": "1"}
+    info: Dict[str, Any] = {"dir": folder, "fs": _fstype(folder)}
+    log("writing the checkpoint: %g GiB in %d MiB shards under %s (%s, %.0f GiB free)"
+        % (CKPT_GIB, SHARD_MIB, folder, info["fs"], st.f_bavail * st.f_frsize / 2 ** 30))
+    info.update(write_checkpoint(folder, CKPT_GIB, SHARD_MIB))
+    info["mem_after_write"] = meminfo()
+    log("checkpoint: %s" % info)
+    return folder, info
+
+
+def prewarm_phase(gpu: Gpu, idle: List[int], folder: str, ck: Dict[str, Any], loader: str) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"loader": loader, "tp": TP_LOAD, "evict": EVICT, "checkpoint": ck}
+    RESULTS.setdefault("prewarm", {})[loader] = out  # filled in step by step; written after each step
+    tag = "L" + loader.replace(".", "") + "-"
+    env = {"SGLANG_EMULATOR_LOAD_WEIGHTS": "1", "SGLANG_EMULATOR_LOG_VERSION": loader}
     if USE_GPU:
         env["SGLANG_EMULATOR_GPU_MIB"] = "1024"  # the weights themselves are what the GPU holds
     runs: Dict[str, Any] = {}
     out["runs"] = runs
 
     def mk(label: str) -> Launch:
-        return Launch(label, TP_LOAD, env, folder, [])
+        return Launch(tag + label, TP_LOAD, env, folder, [])
 
     # A: cold launch
     out["evict_A"] = evict(folder)
@@ -535,12 +557,15 @@ def prewarm_phase(gpu: Gpu, idle: List[int]) -> Dict[str, Any]:
     last = d.stop()
     out["final_teardown"] = {"wall_s": last["wall_s"], "ok": last["empty"] and last["removed"],
                              "gpu_idle_after_s": wait_gpu_idle(gpu, idle)}
-    _prewarm_checks(out)
-    if os.environ.get("CPW_KEEP_CKPT", "0") != "1":
+    _prewarm_checks(out, loader)
+    return out
+
+
+def remove_checkpoint(folder: str) -> None:
+    if os.environ.get("CPW_KEEP_CKPT", "0") != "1" and os.path.isdir(folder):
         for name in os.listdir(folder):
             os.unlink(os.path.join(folder, name))
         os.rmdir(folder)
-    return out
 
 
 def _fstype(path: str) -> str:
@@ -555,33 +580,34 @@ def _fstype(path: str) -> str:
     return "%s on %s" % (fstype, best)
 
 
-def _prewarm_checks(out: Dict[str, Any]) -> None:
+def _prewarm_checks(out: Dict[str, Any], loader: str) -> None:
     runs = out["runs"]
     ck = out["checkpoint"]
-    check("W0", "checkpoint of at least 20 GB written", ck["bytes"] >= 20e9 or CKPT_GIB < 18, "%.2f GB" % ck["gb"])
+    sfx = "@" + loader
+    check("W0" + sfx, "checkpoint of at least 20 GB written", ck["bytes"] >= 20e9 or CKPT_GIB < 18, "%.2f GB" % ck["gb"])
     for key in ("evict_A", "evict_B", "evict_C"):
-        check("W1." + key[-1], "pages evicted before run %s (mincore)" % key[-1], out[key]["resident_pct"] < 1.0,
+        check("W1." + key[-1] + sfx, "pages evicted before run %s (mincore)" % key[-1], out[key]["resident_pct"] < 1.0,
               "%.2f%% resident" % out[key]["resident_pct"])
     pw = out.get("prewarm_second_pass") or out["prewarm"]
-    check("W2", "prewarm read the checkpoint into the page cache", pw["resident_after_pct"] >= 99.0,
+    check("W2" + sfx, "prewarm read the checkpoint into the page cache", pw["resident_after_pct"] >= 99.0,
           "resident %.1f%% -> %.1f%%, %.1f s, %.2f GB/s" % (out["prewarm"]["resident_before_pct"],
                                                         pw["resident_after_pct"], out["prewarm"]["seconds"],
                                                         out["prewarm"]["gbps"]))
     for key in ("A_cold_launch", "B_restart_cold", "C_restart_prewarmed", "D_restart_prewarmed_again"):
         wl = runs[key].get("weight_load") or {}
         want = "cuda" if USE_GPU else "host"
-        check("W3." + key[0], "run %s really loaded the shards (%s)" % (key[0], want),
+        check("W3." + key[0] + sfx, "run %s really loaded the shards (%s)" % (key[0], want),
               wl.get("mode") == want and wl.get("files") == ck["shards"], wl)
     cold, warm = runs["B_restart_cold"].get("load_s"), runs["C_restart_prewarmed"].get("load_s")
     ratio = round(cold / warm, 2) if cold and warm else None
     out["load_ratio_cold_over_prewarmed"] = ratio
     down_c, down_w = runs["B_restart_cold"]["downtime_s"], runs["C_restart_prewarmed"]["downtime_s"]
     out["downtime_ratio"] = round(down_c / down_w, 2) if down_w else None
-    check("W4", "load phase at least 3x shorter with prewarm", ratio is not None and ratio >= 3.0,
+    check("W4" + sfx, "load phase at least 3x shorter with prewarm", ratio is not None and ratio >= 3.0,
           "%s s cold vs %s s prewarmed: %sx" % (cold, warm, ratio))
-    check("W5", "second prewarm finds everything resident: changed=false, nothing read",
+    check("W5" + sfx, "second prewarm finds everything resident: changed=false, nothing read",
           out["prewarm_again"]["changed"] is False and not out["prewarm_again"]["read_bytes"], out["prewarm_again"])
-    check("W6", "every teardown by cgroup emptied and removed the cgroup; GPU back to idle",
+    check("W6" + sfx, "every teardown by cgroup emptied and removed the cgroup; GPU back to idle",
           all(runs[k]["teardown_ok"] and runs[k]["gpu_idle_after_teardown_s"] is not None
               for k in ("B_restart_cold", "C_restart_prewarmed", "D_restart_prewarmed_again"))
           and out["final_teardown"]["ok"] and out["final_teardown"]["gpu_idle_after_s"] is not None)
@@ -597,14 +623,14 @@ def markdown() -> str:
     for c in CHECKS:
         lines.append("| %s %s | %s | %s |" % (c["id"], c["check"], "PASS" if c["ok"] else "FAIL",
                                               str(c["detail"]).replace("|", "/")[:300]))
-    pw = RESULTS.get("prewarm") or {}
-    if pw.get("runs"):
-        lines += ["", "| run | load phase (s) | launch-to-ready (s) | teardown (s) | downtime (s) |", "|---|---|---|---|---|"]
-        for key, r in pw["runs"].items():
+    for loader, pw in (RESULTS.get("prewarm") or {}).items():
+        lines += ["", "loader %s (tp %s)" % (loader, pw.get("tp")), "",
+                  "| run | load phase (s) | launch-to-ready (s) | teardown (s) | downtime (s) |", "|---|---|---|---|---|"]
+        for key, r in (pw.get("runs") or {}).items():
             lines.append("| %s | %s | %s | %s | %s |" % (key, r.get("load_s"), r.get("launch_to_ready_s"),
                                                         r.get("teardown_s", "-"), r.get("downtime_s", "-")))
         p = pw.get("prewarm") or {}
-        lines += ["", "prewarm: %s" % p.get("msg"), "load ratio cold/prewarmed: %s; downtime ratio: %s"
+        lines += ["", "prewarm: %s" % p.get("msg"), "", "load ratio cold/prewarmed: %s; downtime ratio: %s"
                   % (pw.get("load_ratio_cold_over_prewarmed"), pw.get("downtime_ratio"))]
     return "\n".join(lines) + "\n"
 
@@ -647,7 +673,14 @@ def main() -> int:
                                       containment_run(gpu, poll, idle, "c-fault", "escape,ignore_sigterm")]
             write_out()
         if "prewarm" in PHASES:
-            RESULTS["prewarm"] = prewarm_phase(gpu, idle)
+            folder, ck = checkpoint()
+            RESULTS["checkpoint"] = ck
+            try:
+                for loader in LOADERS:
+                    prewarm_phase(gpu, idle, folder, ck, loader)
+                    write_out()
+            finally:
+                remove_checkpoint(folder)
     except BaseException as exc:  # noqa: BLE001  (recorded, also a TERM at the budget; the checks so far stay)
         import traceback
         RESULTS["error"] = traceback.format_exc()
