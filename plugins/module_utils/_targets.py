@@ -1,9 +1,10 @@
 """Teardown target selection: which processes to stop, each with the reasons it was chosen.
 
-A process becomes a target only for a stated reason ("own what you kill"): launch record (main pid, supervisor, process group, session), the instance marker in its
-environment, an sglang title / command line, a listener on a managed port, an operator
-pattern, a compute process on a managed GPU (only with foreign_gpu_processes=kill), or being a
-descendant of a target. Protections are applied last and always win: the module's own
+A process becomes a target only for a stated reason ("own what you kill"): launch record
+(main pid, supervisor, process group, session), the instance marker in its environment, an
+sglang title / command line, a listener on a managed port, an operator pattern, a compute
+process on a managed GPU (only with foreign_gpu_processes=kill), or being a descendant of a
+target. Protections are applied last and always win: the module's own
 ancestors, PID 1, kernel threads, processes in another PID namespace (a container's, unless the
 launch record names them), protected names, other users' processes (unless all_users).
 

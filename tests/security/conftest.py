@@ -88,7 +88,7 @@ def throwaway_user() -> Iterator[ThrowawayUser]:
         try:
             for proc in user.started:
                 kill_group(proc)
-            for _ in range(50):
+            for _attempt in range(50):
                 left = user.pids()
                 if not left:
                     break

@@ -47,7 +47,7 @@ def test_gpu_script_work_dir_is_private_and_unpredictable():
     env = {k: v for k, v in os.environ.items() if k != "GPUVAL_WORK"}
     made = []
     try:
-        for _ in range(2):
+        for _attempt in range(2):
             res = subprocess.run(["bash", "-c", '%s\nprintf "%%s" "$GPUVAL_WORK"' % line], env=env,
                                  capture_output=True, text=True, timeout=30, check=True)
             made.append(res.stdout)
