@@ -118,7 +118,7 @@ def table(rows: List[Dict[str, Any]]) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--quick", action="store_true", help="2 runs per mode")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--budget", type=float, default=120.0)

@@ -186,6 +186,13 @@ options:
         ignores this option and waits in one call.
       - Must be between 0 and 600.
     type: float
+  _resume:
+    description:
+      - Private to the collection's action plugin - do not set it. The state of a sliced wait
+        (V({}) for its first slice, then what the previous slice returned); with it, the module
+        runs one slice of at most about O(slice_seconds) and answers RV(pending) when the slice
+        ends before the verdict.
+    type: dict
   require_ready_line:
     description:
       - When V(false), the ready line is not required. Use it only for launches with a quiet

@@ -41,7 +41,8 @@ def _play(playbook: str, extra: Dict[str, Any], env: Optional[Dict[str, str]] = 
                           stdin=subprocess.DEVNULL, check=False)
 
 
-def _extra(tmp_path, name: str, env: Dict[str, str] = SLOW) -> Dict[str, Any]:
+def _extra(tmp_path, name: str, env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    env = SLOW if env is None else env
     return {"sglang_name": name, "sglang_port": free_port(), "sglang_state_dir": str(tmp_path / "state"),
             "sglang_log_dir": str(tmp_path / "logs"), "sglang_extraction_dump_dir": str(tmp_path / "hs"),
             "sglang_extraction_env": env, "sglang_env": env}

@@ -179,4 +179,3 @@ def test_ready_line():
     assert _progress.ready_line(252, 240, False, False) == "ready in 4m12s (last start: 4m00s)"
     assert "slow start, 2.1x" in _progress.ready_line(252, 120, True, False)
     assert _progress.ready_line(None, None, False, True) == "ready (it was already running)"
-
