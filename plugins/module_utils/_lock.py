@@ -107,11 +107,29 @@ def _program(pid: int) -> str:
     return "ansible-playbook"
 
 
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (a container's uid)
+        return "uid %d" % os.getuid()
+
+
+def pid_exists(pid: int) -> bool:
+    """Existence alone, for controllers without /proc (no start time to compare)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def controller_identity(pid: int) -> Dict[str, Any]:
     """The process that runs the play (`pid`: ansible-playbook) and the machine it runs on."""
     return {
         "host": socket.getfqdn(),
-        "user": getpass.getuser(),
+        "user": _user(),
         "program": _program(pid),
         "pid": pid,
         "pid_start": process_start(pid),
@@ -127,7 +145,8 @@ def _differs(a: Dict[str, Any], b: Dict[str, Any], key: str) -> bool:
 
 
 def judge_holder(holder: Dict[str, Any], me: Dict[str, Any],
-                 start_of: Callable[[int], Optional[int]] = process_start) -> Tuple[str, str]:
+                 start_of: Callable[[int], Optional[int]] = process_start,
+                 exists: Callable[[int], bool] = pid_exists) -> Tuple[str, str]:
     """Verdict on a lock's holder, seen from the controller `me`: (verdict, why) with verdict
     "gone" (provably: take it over), "alive", "self" (this very run) or "foreign" (another
     controller, or nothing recorded: only the age rule can free it)."""
@@ -141,6 +160,10 @@ def judge_holder(holder: Dict[str, Any], me: Dict[str, Any],
     if _differs(ctl, me, "pid_ns"):
         return "foreign", "held from another PID namespace (container) of this controller"
     pid, prog = ctl["pid"], ctl.get("program") or "ansible-playbook"
+    if me.get("pid_start") is None:  # no /proc here: a live pid may be a reused one, so it counts as alive
+        if not exists(pid):
+            return "gone", "its %s (pid %d) is no longer running" % (prog, pid)
+        return "alive", "pid %d runs on this controller (its start time cannot be read here)" % pid
     start = start_of(pid)
     if start is None:
         return "gone", "its %s (pid %d) is no longer running" % (prog, pid)

@@ -161,6 +161,10 @@ def test_judge_holder_rules():
     assert verdict(pid=20, pid_start=7, machine_id="other") == "foreign"
     assert verdict(pid=20, pid_start=7, pid_ns="other") == "foreign"
     assert _lock.judge_holder({}, me, start_of)[0] == "foreign"
+    # a controller without /proc (no start times): existence alone, a live pid is never taken over
+    blind = dict(me, pid_start=None)
+    assert _lock.judge_holder({"controller": dict(blind, pid=20)}, blind, start_of, lambda pid: True)[0] == "alive"
+    assert _lock.judge_holder({"controller": dict(blind, pid=21)}, blind, start_of, lambda pid: False)[0] == "gone"
     assert _lock.takeover_reason("foreign", "w", 10, 0) is None
     assert _lock.takeover_reason("foreign", "w", 10, 5) is not None
     assert _lock.takeover_reason("alive", "w", 1e9, 5) is None
