@@ -70,8 +70,12 @@ def _launched(launch: Mapping[str, Any], plan: Mapping[str, Any]) -> str:
 
 def _ready(ready: Mapping[str, Any]) -> str:
     if ready.get("ready"):
-        return "yes, after %.1f s of waiting, %.1f s since launch; server %s" % (
+        text = "yes, after %.1f s of waiting, %.1f s since launch; server %s" % (
             float(ready.get("elapsed") or 0), float(ready.get("since_launch") or 0), ready.get("server_version") or "?")
+        if ready.get("slow_start"):
+            text += "; SLOW START (%.0f s, the last start took %.0f s)" % (
+                float(ready.get("start_seconds") or 0), float(ready.get("last_start_seconds") or 0))
+        return text
     if ready.get("reason"):
         return "NO (%s)" % ready["reason"]
     return "not checked"

@@ -54,3 +54,9 @@ def test_check_mode() -> None:
     lines = restart_summary(data)
     assert lines[0].endswith("check mode: would restart")
     assert "stopped: nothing; would stop 1 processes (100) and remove 0 files" in lines
+
+
+def test_a_slow_start_is_flagged() -> None:
+    ready = dict(READY, slow_start=True, start_seconds=61.0, last_start_seconds=30.0)
+    lines = restart_summary({"plan": PLAN_RUNNING, "teardown": TD, "launch": LAUNCH, "ready": ready})
+    assert any(line.endswith("SLOW START (61 s, the last start took 30 s)") for line in lines)
