@@ -236,6 +236,25 @@ def links() -> Dict[int, Tuple[int, int]]:
     return out
 
 
+def children_of(pid: int) -> List[Proc]:
+    """The live children of one process (psutil's children(): one pass over the parent links,
+    no full row per process), as rows; [] when it is gone."""
+    lib = require()
+    try:
+        kids = lib.Process(pid).children()
+    except (lib.Error, ValueError):
+        return []
+    out: List[Proc] = []
+    for handle in kids:
+        try:
+            proc = _row(handle, handle.as_dict(attrs=_ATTRS, ad_value=None))
+        except lib.Error:
+            continue
+        if proc is not None and proc.ppid == pid:
+            out.append(proc)
+    return out
+
+
 def fd_targets(pid: int) -> Iterator[Tuple[str, str]]:
     """(fd number, link target) of every open fd of a process: paths, `socket:[inode]`, ...
     Nothing when the process is gone or its fd table is not readable (another user's).

@@ -101,6 +101,19 @@ def test_snapshot_matches_single_reads():
     assert _procs.links()[os.getpid()] == (os.getppid(), os.getpgrp())
 
 
+def test_children_of():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        kids = _procs.children_of(os.getpid())
+        assert child.pid in [k.pid for k in kids] and all(k.ppid == os.getpid() for k in kids)
+        assert next(k for k in kids if k.pid == child.pid).start_time == _procs.start_time_of(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in [k.pid for k in _procs.children_of(os.getpid())]
+    assert _procs.children_of(4_000_000) == []
+
+
 def test_to_dict_masks_secrets():
     shown = _proc(["srv --api-key zzSECRETzz"]).to_dict()
     assert "zzSECRETzz" not in repr(shown) and shown["cmdline"] == ["srv --api-key " + _redact.MASK]
