@@ -20,6 +20,7 @@ py="${CPW_PYTHON:-python3}"
 export CPW_EMU_PYTHON="${CPW_EMU_PYTHON:-$(command -v "$py")}"
 # names this run's cgroups (llmops-sglang.slice/cpw-<label>-<token>), so the trap kills only them
 export CPW_TOKEN="${CPW_TOKEN:-$(printf '%x%04x' $$ $RANDOM)}"
+mkdir -p -m 0700 "$CPW_WORK"
 mkdir -p "$OUT"
 started=$(date +%s)
 say() { printf '[cpw.sh %4ss] %s\n' "$(( $(date +%s) - started ))" "$*"; }

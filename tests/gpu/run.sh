@@ -11,8 +11,12 @@
 #    GPUVAL_EMU_VENV=<venv with the emulator>;
 # 2. tests/gpu/validate.py: restart_extraction.yml / teardown.yml / the probe against localhost,
 #    tp 8 over the GPUs in the emulator's GPU mode, with PASS/FAIL per check;
-# 3. results in $OUT (default $GPUVAL_WORK/out, GPUVAL_WORK a fresh mktemp -d); exit 1 when any
-#    check FAILed.
+# 3. tests/gpu/containment_prewarm.sh, containment phase: the emulator launched through the library
+#    in its own cgroup (containment cgroup), every process of it in the cgroup, _containment.stop,
+#    populated 0, the cgroup removed, GPU memory back to idle (GPUVAL_CONTAINMENT=0 skips it;
+#    GPUVAL_PREWARM=1 adds the prewarm phase: 20 GiB of shards, the page cache dropped);
+# 4. results in $OUT (default $GPUVAL_WORK/out, GPUVAL_WORK a fresh mktemp -d; the containment
+#    step's in $OUT/containment); exit 1 when any check FAILed.
 # Everything it starts is killed at exit (process groups it noted, every process carrying the
 # instance's state dir marker, the launch record's group); nothing else is touched.
 set -euo pipefail
@@ -151,4 +155,25 @@ wait "$vpid"
 rc=$?
 set -e
 say "validate.py exit $rc; results: $OUT/gpu-results.md"
+
+if [ "${GPUVAL_CONTAINMENT:-1}" != 0 ]; then
+  phases=containment
+  [ "${GPUVAL_PREWARM:-0}" = 1 ] && phases=containment,prewarm
+  cpw_env=(CPW_WORK="$work/cpw" OUT="$OUT/containment" CPW_PHASES="$phases" CPW_PYTHON="$ctl_py"
+           CPW_EMU_PYTHON="$GPUVAL_EMU_VENV/bin/python" CPW_TP_CONTAIN="${GPUVAL_TP_CONTAIN:-2}"
+           CPW_GPU_MIB="${GPUVAL_GPU_MIB:-4096}")
+  # without real GPUs: CPU mode, and never a machine-wide cache drop
+  [ "$mode" = real ] || cpw_env+=(CPW_GPU=0 CPW_EVICT=fadvise CPW_CKPT_GIB=0.25 CPW_SHARD_MIB=64)
+  say "containment_prewarm.sh ($phases)"
+  set +e
+  env "${cpw_env[@]}" bash tests/gpu/containment_prewarm.sh &
+  cpid=$!
+  # a TERM/INT now reaches that script (its own trap removes its cgroups), then this one's EXIT trap
+  trap 'say "signal: stopping containment_prewarm.sh"; kill -TERM "$cpid" 2>/dev/null; wait "$cpid"; exit 143' INT TERM
+  wait "$cpid"
+  crc=$?
+  set -e
+  say "containment_prewarm.sh exit $crc; results: $OUT/containment/containment-prewarm.md"
+  [ "$crc" = 0 ] || rc=1
+fi
 exit "$rc"
