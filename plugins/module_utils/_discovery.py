@@ -29,7 +29,7 @@ try:
 except ImportError:  # the probe says what it could not read; without psutil no holder is trusted
     psutil = None
 
-# Environment variables worth showing for a server (reference/sglang.md, "Environment variables").
+# Environment variables worth showing for a server.
 _ENV_PREFIXES = ("SGLANG_", "SGL_", "NCCL_", "LLMOPS_SGLANG_", "TORCH_", "HF_")
 _ENV_KEYS = ("CUDA_VISIBLE_DEVICES", "TMPDIR", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
              "no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY")
@@ -403,8 +403,7 @@ def credential_refusal(servers: Iterable[Server], socks: List[Listener], user: s
                     _redact.describe_cmdline(proc.cmdline, proc.comm, 200) if proc else "gone")
             if server.main is None and server.marker.get(_procs.MARKER_LAUNCH_ID) not in records:
                 return "pid %d (%s) only looks like an sglang process: there is no sglang main process or launch " \
-                       "record it belongs to" % (pid, _redact.describe_cmdline(member.proc.cmdline, member.proc.comm,
-                                                                                200))
+                       "record it belongs to" % (pid, _redact.describe_cmdline(member.proc.cmdline, member.proc.comm, 200))
             if member.proc.user != user:
                 return "pid %d is an sglang server of user %s, not of %s" % (pid, member.proc.user, user)
             if uid is None:

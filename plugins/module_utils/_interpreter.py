@@ -2,7 +2,7 @@
 
 `resolve()` runs the interpreter once with a tiny script that reads metadata only (no torch,
 no `import sglang`), so a wrong interpreter fails here, loudly, with its own stderr - not later
-behind a `2>&1 | grep` (reference/incidents.md #1). `discover()` finds every sglang install on
+behind a `2>&1 | grep` (docs/incidents.md). `discover()` finds every sglang install on
 the host from its dist-info WITHOUT running anything.
 """
 from __future__ import annotations

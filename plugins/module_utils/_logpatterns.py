@@ -1,4 +1,4 @@
-"""What SGLang's startup log says, as regular expressions (reference/sglang.md, "Log").
+"""What SGLang's startup log says, as regular expressions.
 
 0.5.6 wording is the anchor; later versions reword some lines, so every pattern matches a
 short, stable fragment rather than a whole line. Operators can override or extend the ready and
