@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Optional, Set
 from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _purge
 
 SHM_DIR = "/dev/shm"
-# what SGLang, torch and NCCL leave in /dev/shm (docs/conventions.md)
+# what SGLang, torch and NCCL leave in /dev/shm (docs/modules/sglang_teardown.md)
 PATTERNS = (
     "sgl_shm_*", "psm_*", "multi_tokenizer_args_*", "sglang_loads_*", "sglang_host_pool_*.mmap",
     "cuda.shm.*", "nccl-*", "sem.mp-*", "sem.loky-*",
