@@ -74,6 +74,12 @@ trap 'exit 143' INT TERM
 
 mkdir -p -m 0700 "$work"
 mkdir -p "$OUT"
+# ansible.cfg's collections_path needs collections/ansible_collections/llmops/sglang -> the checkout
+# (`make collection-link`; gitignored, so a copied checkout may lack it)
+if [ ! -e collections/ansible_collections/llmops/sglang ]; then
+  mkdir -p collections/ansible_collections/llmops
+  ln -sfn ../../.. collections/ansible_collections/llmops/sglang
+fi
 say "mode $mode, work $work, out $OUT, python3 $(python3 -V 2>&1)"
 if [ "$mode" = real ]; then
   command -v nvidia-smi >/dev/null || { echo "run.sh: nvidia-smi not found (GPU_DRYRUN=fake rehearses without GPUs)" >&2; exit 2; }
