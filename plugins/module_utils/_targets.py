@@ -268,6 +268,7 @@ class Selection:
     conflicts: List[str] = field(default_factory=list)                   # fail before any signal
     never: Dict[int, str] = field(default_factory=dict)    # pid -> why it was refused: never adopted later
     named: Set[int] = field(default_factory=set)           # pids the launch record names (start time checked)
+    outside_cgroup: List[Dict[str, object]] = field(default_factory=list)  # record heuristics, not members
 
     def refuse(self, proc: _procs.Proc, would_be: List[str], why: str, world: "World") -> None:
         """Record a process a reason selected but a protection refused (once per pid)."""
@@ -570,6 +571,48 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
         if _procs.sglang_reason(proc) or pid in candidates:
             sel.other_instances.append(describe(proc, instance=instance))
     return sel
+
+
+# Reasons that find a process by what it is or does now (a managed port, a title or command line,
+# an operator pattern, a GPU with foreign_gpu_processes=kill), as opposed to what the launch
+# record and its files say about it (pid, group, session, marker, TMPDIR, log).
+_DIRECT = ("listens on managed port", "sglang process ", "command line: ", "matches pattern ", "belongs to instance ")
+OUTSIDE_WHY = "outside the instance's cgroup (found only by the launch record's heuristics)"
+
+
+def _direct(reason: str) -> bool:
+    return reason.startswith(_DIRECT) or reason.endswith("foreign_gpu_processes=kill")
+
+
+def _parent_of(reason: str) -> Optional[int]:
+    if not reason.startswith("child of "):
+        return None
+    head = reason[len("child of "):].split(" ", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def contain(sel: Selection, members: Iterable[int]) -> None:
+    """Narrow a selection to a contained launch: its cgroup's members are stopped through the
+    cgroup, so they leave the per-process targets; a target outside the cgroup stays only when a
+    direct reason (port, title, pattern, GPU kill) or a parent that stays found it. The rest were
+    found by the record's heuristics alone: the cgroup is authoritative, they are reported in
+    `outside_cgroup` and never signalled (nor adopted later). Members are no foreign GPU users."""
+    inside = set(members)
+    outside = {pid: t for pid, t in sel.targets.items() if pid not in inside}
+    kept = {pid for pid, t in outside.items() if any(_direct(r) for r in t.reasons)}
+    grew = True
+    while grew:
+        grew = False
+        for pid, target in outside.items():
+            if pid not in kept and any(_parent_of(r) in kept for r in target.reasons):
+                kept.add(pid)
+                grew = True
+    sel.targets = {pid: t for pid, t in outside.items() if pid in kept}
+    for pid, target in sorted(outside.items()):
+        if pid not in kept:
+            sel.never[pid] = OUTSIDE_WHY
+            sel.outside_cgroup.append(describe(target.proc, would_be=list(target.reasons)))
+    sel.foreign_gpu = [f for f in sel.foreign_gpu if f["pid"] not in inside]
 
 
 def adoption_refusal(proc: _procs.Proc, scope: Scope, world: World, via_port: bool) -> Optional[str]:

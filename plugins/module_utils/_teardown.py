@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _gpus, _pidfd, _ports, _procs, _purge, _record, _shm)
+    _containment, _gpus, _pidfd, _ports, _procs, _purge, _record, _shm)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._targets import (
-    Scope, Selection, Target, World, adoption_refusal, select)
+    Scope, Selection, Target, World, adoption_refusal, contain, select)
 
 POLL = 0.05          # process exit polling: GPU memory is free ~0.6 s after SIGKILL on an H200
 GPU_POLL = 0.2       # NVML / nvidia-smi are slower to query than /proc
@@ -88,6 +88,9 @@ class Plan:
     record_files: List[str]
     handles: Dict[int, _pidfd.Handle] = field(default_factory=dict)   # targets alive when planned
     dirs: Dirs = field(default_factory=Dirs)
+    contained: bool = False               # the record names a cgroup: it is the member list
+    cgroup: Optional[str] = None          # the launch's own cgroup, when it still exists
+    members: List[Dict[str, object]] = field(default_factory=list)    # its processes when planned
 
     @property
     def targets(self) -> Dict[int, Target]:
@@ -219,16 +222,32 @@ def make_plan(scope: Scope, opts: Options, world: Optional[World] = None) -> Pla
         if scope.name and scope.state_dir:
             record = _record.read_record(scope.state_dir, scope.name)
         selection = select(scope, world, record, _launch_exited(scope, record))
+        contained = _containment.is_contained(record)
+        cgroup, members = _cgroup_of(record, selection) if contained else (None, [])
         handles = open_handles(selection.targets)
         steps = signal_steps(selection.targets, world.procs, world.own_pids)
-        files, kept = _file_candidates(dirs, scope, world.euid, set(selection.targets))
+        member_pids = {int(m["pid"]) for m in members}  # type: ignore[call-overload]
+        files, kept = _file_candidates(dirs, scope, world.euid, set(selection.targets) | member_pids)
         tmpdir, note = _tmpdir_of(record, scope.state_dir, scope.name)
     except BaseException:
         for handle in handles.values():
             handle.close()
         dirs.close()
         raise
-    return Plan(scope, selection, world, record, steps, files, kept, tmpdir, note, record_files, handles, dirs)
+    return Plan(scope, selection, world, record, steps, files, kept, tmpdir, note, record_files, handles, dirs,
+                contained, cgroup, members)
+
+
+def _cgroup_of(record: Optional[Dict[str, object]], selection: Selection
+               ) -> Tuple[Optional[str], List[Dict[str, object]]]:
+    """The contained launch's cgroup and members (the authoritative list); the selection keeps
+    only what direct reasons found outside it. A cgroup of another owner raises unsafe_cgroup
+    here, before any signal."""
+    path, notes = _containment.resolve(record)
+    selection.record_notes.extend(notes)
+    members = _containment.members_of(record) if path else []
+    contain(selection, [int(m["pid"]) for m in members])
+    return path, members
 
 
 def check_preconditions(plan: Plan) -> None:
@@ -437,6 +456,7 @@ def summary(plan: Plan) -> Dict[str, object]:
         "device_file_holders": sel.device_file_holders,
         "foreign_gpu_processes": sel.foreign_gpu,
         "spared": sel.spared,
+        "outside_cgroup": sel.outside_cgroup,
         "record": {"notes": sel.record_notes, "files": plan.record_files, "tmpdir": plan.tmpdir,
                    "tmpdir_note": plan.tmpdir_note},
     }
@@ -458,20 +478,30 @@ def check_mode_result(plan: Plan) -> Dict[str, object]:
         "shm_kept": [_kept(e) for e in plan.kept],
         "tmpdir_removed": plan.tmpdir, "record_removed": plan.record_files,
     })
-    result["changed"] = bool(live or plan.files or plan.tmpdir or plan.record_files)
+    if plan.contained:
+        pids = sorted(int(m["pid"]) for m in plan.members)  # type: ignore[call-overload]
+        if pids:
+            result["signals"].insert(0, {"signal": "SIGTERM", "kind": "cgroup", "id": plan.cgroup,  # type: ignore[attr-defined]
+                                         "pids": pids})
+        result["containment"] = {"cgroup": plan.cgroup, "members": plan.members, "removed": False,
+                                 "killed_with": None, "timings": {}}
+    result["changed"] = bool(live or plan.members or plan.files or plan.tmpdir or plan.record_files)
     return result
 
 
 def diff_of(plan: Plan, result: Dict[str, object]) -> Dict[str, str]:
     live = _live_targets(plan)
-    before_procs = ["process %d %s" % (pid, t.to_dict()["cmdline"]) for pid, t in sorted(live.items())]
+    procs = {pid: str(t.to_dict()["cmdline"]) for pid, t in live.items()}
+    procs.update({int(m["pid"]): "%s (cgroup %s)" % (m["cmdline"], plan.cgroup)  # type: ignore[call-overload]
+                  for m in plan.members})
+    before_procs = ["process %d %s" % (pid, line) for pid, line in sorted(procs.items())]
     survivors = {s["pid"] for s in result.get("survivors", [])}  # type: ignore[union-attr]
     files = [e.path for e in plan.files] + ([plan.tmpdir] if plan.tmpdir else []) + plan.record_files
     removed = {f["path"] for f in result.get("shm_removed", [])}  # type: ignore[union-attr]
     if result.get("tmpdir_removed"):
         removed.add(result["tmpdir_removed"])  # type: ignore[arg-type]
     removed.update(result.get("record_removed") or [])  # type: ignore[arg-type]
-    after_procs = [line for line, pid in zip(before_procs, sorted(live)) if pid in survivors]
+    after_procs = [line for line, pid in zip(before_procs, sorted(procs)) if pid in survivors]
     after_files = [f for f in files if f not in removed]
     return {"before": "\n".join(before_procs + ["file " + f for f in files]) + "\n",
             "after": "\n".join(after_procs + ["file " + f for f in after_files]) + "\n"}
@@ -486,6 +516,42 @@ def execute(plan: Plan, opts: Options) -> Dict[str, object]:
         plan.close()
 
 
+_CGROUP_ENDED = {"gone before SIGTERM": "already-gone"}
+
+
+def _stop_cgroup(plan: Plan, opts: Options) -> Dict[str, object]:
+    """Stop a contained launch through its cgroup (_containment.stop) and put the outcome in the
+    shapes of the per-process engine: killed, signals, survivors, plus the containment summary."""
+    cg = _containment.stop(plan.record, opts.grace_period,
+                           time.monotonic() + opts.grace_period + opts.timeout)
+    path = cg["cgroup"]
+    reason = "member of the instance's cgroup %s" % path
+    killed: List[Dict[str, object]] = []
+    termed: List[int] = []
+    for member in cg["members"]:
+        ended = str(member["ended"])
+        if ended == "alive":
+            continue
+        if ended in ("SIGTERM", "SIGKILL"):
+            termed.append(int(member["pid"]))
+        killed.append({"pid": member["pid"], "name": member["name"], "cmdline": member["cmdline"],
+                       "user": member["user"], "reason": reason, "signal": _CGROUP_ENDED.get(ended, ended)})
+    signals: List[Dict[str, object]] = []
+    if termed:
+        signals.append({"signal": "SIGTERM", "kind": "cgroup", "id": path, "pids": sorted(termed)})
+    if cg["killed_with"]:
+        signals.append({"signal": "SIGKILL", "kind": "cgroup", "id": path, "via": cg["killed_with"],
+                        "pids": sorted(int(m["pid"]) for m in cg["members"] if m["ended"] == "SIGKILL")})
+    survivors = []
+    for survivor in cg["survivors"]:
+        proc = _procs.read_proc(int(survivor["pid"]))
+        survivors.append(dict(survivor, state=proc.state if proc else "?", reasons=[reason]))
+    return {"killed": killed, "signals": signals, "survivors": survivors, "changed": bool(cg["changed"]),
+            "pids": {int(m["pid"]) for m in cg["members"]},
+            "containment": {"cgroup": path, "members": cg["members"], "removed": cg["removed"],
+                            "killed_with": cg["killed_with"], "notes": cg["notes"], "timings": cg["timings"]}}
+
+
 def _execute(plan: Plan, opts: Options) -> Dict[str, object]:
     timings: Dict[str, float] = {}
     targets = dict(plan.targets)
@@ -493,6 +559,10 @@ def _execute(plan: Plan, opts: Options) -> Dict[str, object]:
     ended: Dict[int, str] = {}
     errors: List[str] = []
     signals: List[Dict[str, object]] = []
+    cg = _stop_cgroup(plan, opts) if plan.contained else None
+    if cg is not None:
+        signals += cg["signals"]  # type: ignore[arg-type]
+        timings["cgroup"] = cg["containment"]["timings"].get("total", 0.0)  # type: ignore[index]
 
     for pid in targets:
         if pid not in handles or handles[pid].exited():
@@ -522,7 +592,8 @@ def _execute(plan: Plan, opts: Options) -> Dict[str, object]:
         _wait_gone(handles, pending, deadline, ended, "SIGKILL")
     timings["kill"] = round(time.monotonic() - t, 3)
 
-    survivors, d_state = [], []
+    survivors: List[Dict[str, object]] = list(cg["survivors"]) if cg else []  # type: ignore[call-overload]
+    d_state: List[Dict[str, object]] = []
     for pid in sorted(pending):
         proc = _procs.read_proc(pid)
         entry = targets[pid].to_dict()
@@ -533,7 +604,8 @@ def _execute(plan: Plan, opts: Options) -> Dict[str, object]:
         survivors.append(entry)
 
     t = time.monotonic()
-    ports_after, gpu_left, report = _verify(plan, opts, set(targets), deadline)
+    stopped = set(targets) | (cg["pids"] if cg else set())  # type: ignore[operator]
+    ports_after, gpu_left, report = _verify(plan, opts, stopped, deadline)
     timings["verify"] = round(time.monotonic() - t, 3)
 
     ok = not survivors and not ports_after and not gpu_left and not errors
@@ -545,7 +617,7 @@ def _execute(plan: Plan, opts: Options) -> Dict[str, object]:
         tmpdir_removed, record_removed = _remove_instance_files(plan, file_errors)
     timings["cleanup"] = round(time.monotonic() - t, 3)
 
-    killed = []
+    killed: List[Dict[str, object]] = list(cg["killed"]) if cg else []  # type: ignore[call-overload]
     for pid, target in sorted(targets.items()):
         if pid in ended:
             entry = target.to_dict()
@@ -560,7 +632,9 @@ def _execute(plan: Plan, opts: Options) -> Dict[str, object]:
         "shm_removed": removed, "shm_kept": kept, "tmpdir_removed": tmpdir_removed,
         "record_removed": record_removed, "errors": errors + file_errors, "timings": timings,
     })
-    result["changed"] = bool(signals or removed or tmpdir_removed or record_removed)
+    if cg is not None:
+        result["containment"] = cg["containment"]
+    result["changed"] = bool(signals or removed or tmpdir_removed or record_removed or (cg and cg["changed"]))
     if d_state:
         result.update(failed=True, reason="d_state", msg="%d target(s) stuck in uninterruptible sleep (D) after "
                       "SIGKILL: %s" % (len(d_state), ", ".join("pid %s wchan %s" % (d["pid"], d["wchan"]) for d in d_state)))

@@ -47,6 +47,15 @@ description:
     process holds them open or mapped; removes the instance TMPDIR, the launch record and the exit
     file after a successful teardown. Every directory it deletes in is opened once without
     following symlinks, checked, and emptied through that descriptor.
+  - A launch with containment (its record says C(containment) C(cgroup) or C(systemd)) is stopped
+    through its cgroup first, which is the authoritative member list - SIGTERM to every member,
+    then C(cgroup.kill) (C(systemctl kill) for a unit) after O(grace_period), then the cgroup is
+    removed (see RV(containment)). Processes that only the launch record's heuristics (pid,
+    process group, session, marker, TMPDIR, launch log) attribute to the instance but that are
+    outside its cgroup are never signalled; they are reported in RV(outside_cgroup). Processes
+    found by O(ports), O(patterns) or the title sweep outside the cgroup are stopped as for an
+    uncontained instance, and ports and GPUs are verified the same way. A record written before
+    containment existed is torn down as before.
   - Holds the per-instance lock while acting, so a launch and a teardown of one instance never
     interleave.
 requirements:
@@ -209,6 +218,9 @@ signals:
     - Signals sent (in check mode, the SIGTERMs that would be sent), each to the listed pids through their pidfds.
       Every SIGTERM is followed by a SIGCONT to the pids it reached (so that stopped processes can honour it).
       C(kind) is C(group) when every member of that process group is a target, else C(pid).
+    - C(kind) C(cgroup) (a contained launch) - C(id) is the cgroup's path, C(pids) its members; its SIGKILL
+      entry (C(via) says C(cgroup.kill) or C(systemctl kill)) lists the members that ignored SIGTERM. In
+      check mode the cgroup step is listed when the cgroup has members.
   returned: always
   type: list
   elements: dict
@@ -238,6 +250,28 @@ other_namespaces:
   elements: dict
   sample: [{"pid": 5150, "name": "python", "user": "root", "cmdline": "python -m sglang.launch_server --port 30000",
             "would_be": ["command line: python -m sglang.launch_server"], "pid_namespace": "pid:[4026532179]"}]
+outside_cgroup:
+  description:
+    - Contained launches only - processes the launch record's heuristics (pid, process group, session,
+      marker, TMPDIR, launch log) attribute to the instance that are not members of its cgroup. Never
+      signalled (would_be lists the reasons).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"pid": 7001, "name": "python", "user": "root", "cmdline": "python worker.py",
+            "would_be": ["session 4242 of the launch record"]}]
+containment:
+  description:
+    - Contained launches only - the cgroup stop. C(cgroup) the instance's cgroup (null when it no longer
+      exists or is not this launch's), C(members) its processes (pid, name, user, cmdline; after a real run
+      C(ended) is SIGTERM, SIGKILL, alive or gone before SIGTERM), C(removed) whether the cgroup was
+      removed, C(killed_with) what was used after the grace period (null when SIGTERM sufficed),
+      C(notes), C(timings) in seconds. In check mode nothing is removed.
+  returned: when the launch record names a cgroup
+  type: dict
+  sample: {"cgroup": "/sys/fs/cgroup/llmops-sglang.slice/qwen", "removed": true, "killed_with": null,
+           "members": [{"pid": 4242, "name": "python", "user": "root", "cmdline": "python -m sglang.launch_server",
+                        "ended": "SIGTERM"}], "notes": [], "timings": {"total": 0.44}}
 spared:
   description:
     - Processes a reason selected but a protection excluded (why_not says which), including
