@@ -195,7 +195,7 @@ def describe_holder(holder: Dict[str, Any], age: Optional[float] = None) -> str:
     else:
         ctl = holder["controller"]
         text = "%s pid %s of %s@%s" % (ctl.get("program") or "ansible-playbook", ctl.get("pid", "(unknown pid)"),
-                                         ctl.get("user") or "(unknown user)", ctl.get("host"))
+                                       ctl.get("user") or "(unknown user)", ctl.get("host"))
         extras = []
         if holder.get("play"):
             extras.append("play %r" % holder["play"])

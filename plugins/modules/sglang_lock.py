@@ -68,7 +68,7 @@ options:
     type: bool
     default: false
   token:
-    description: With O(state=absent), also remove the lock whose RV(holder.token) is this value.
+    description: With O(state=absent), also remove the lock whose token (C(token) in RV(holder)) is this value.
     type: str
   holder:
     description:
