@@ -34,7 +34,7 @@ import os
 import sys
 import time
 import urllib.request
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
@@ -242,8 +242,9 @@ def report(data: Dict[str, Any], fig_dir: str = "", fig_prefix: str = "") -> Dic
         "Grace period %.0f s, tp %d (12 processes), medians of the runs; times are module-internal (library calls). "
         "Every tree is launched inside a cgroup either way, so what `none` misses is counted, then removed. "
         "With `none`, the fully detached worker was left running in %d of %d runs while the teardown reported "
-        "success in %d.\n\n%s\n" % (data["grace"], data["tp"], detached_none["escaped_missed"],
-                                     detached_none["escaped"], detached_none["ok"], table(data)))
+        "success in %d.\n\n%s\n" % (
+            data["grace"], data["tp"], detached_none["escaped_missed"],
+            detached_none["escaped"], detached_none["ok"], table(data)))
     return {"title": "Containment: teardown by cgroup vs none", "markdown": markdown, "targets": targets}
 
 

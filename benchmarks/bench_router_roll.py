@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
@@ -118,8 +118,8 @@ def run_case(key: str, workers: int, router_py: str, warmup: float, tail: float)
         out.update(summary)
         out.update({
             "roll_start": t0 - load.started_at, "roll_end": t1 - load.started_at, "wall": t1 - t0,
-            "min_serving": min((s for t, s, _ in health.samples if t0 <= t <= t1), default=None),
-            "min_routed": min((r for t, _, r in health.samples if t0 <= t <= t1 and r >= 0), default=None),
+            "min_serving": min((s for t, s, _routed in health.samples if t0 <= t <= t1), default=None),
+            "min_routed": min((r for t, _serving, r in health.samples if t0 <= t <= t1 and r >= 0), default=None),
             "health": [(round(t - load.started_at, 2), s, r) for t, s, r in health.samples],
             "buckets": completions_over_time(results, load.started_at or t0, 1.0),
             "failures": [(round(r.end - (load.started_at or t0), 2), r.kind, r.error) for r in results if not r.ok],
@@ -138,7 +138,7 @@ def run_case(key: str, workers: int, router_py: str, warmup: float, tail: float)
 def run(quick: bool = False, workers: int = 3) -> Dict[str, Any]:
     router_py = router_python()
     cases = [run_case(k, workers, router_py, warmup=3.0 if quick else 5.0, tail=3.0 if quick else 5.0)
-             for k, _ in STRATEGIES]
+             for k, _strategy in STRATEGIES]
     return {"workers": workers, "token_delay": 0.05, "cases": cases, "naive_grace": NAIVE_GRACE,
             "naive_sleep": NAIVE_SLEEP}
 
@@ -187,8 +187,8 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
     a = next(c for c in data["cases"] if c["key"] == "a")
     targets = [{"target": "restart_fleet.yml under load: 0 failed requests, never fewer than N-1 workers serving",
                 "met": a["failed"] == 0 and a["rc"] == 0 and (a["min_serving"] or 0) >= a["workers"] - 1,
-                "value": "%d of %d failed, fewest serving %s of %d" % (a["failed"], a["total"], a["min_serving"],
-                                                                      a["workers"])}]
+                "value": "%d of %d failed, fewest serving %s of %d" % (
+                    a["failed"], a["total"], a["min_serving"], a["workers"])}]
     md = ["%d emulated workers (tp 1, 0.05 s per generated token) behind sglang-router 0.3.2 (round robin, "
           "default health checks: every 60 s, 3 failures); 6 clients through the router cycling "
           "streaming /generate (40-80 tokens: 2-4 s), plain /generate, streaming and plain chat. Each "

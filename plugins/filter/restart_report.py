@@ -51,28 +51,28 @@ def restart_report_row(data: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
-def timeline_svg(timeline: List[Mapping[str, Any]], width: int = 640, bar: int = 18) -> str:
+def timeline_svg(timeline: List[Mapping[str, Any]], width: int = 640, bar_height: int = 18) -> str:
     """Horizontal bars, one per phase, from the previous phase's end to this one's time."""
     steps = [(str(s.get("phase")), float(s.get("seconds") or 0)) for s in timeline or []]
     if not steps:
         return '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" role="img" ' \
                'aria-label="no startup timeline"><text x="4" y="14" font-size="12">no startup timeline</text></svg>' \
-               % (width, bar + 4)
-    total = max(sec for _, sec in steps) or 1.0
+               % (width, bar_height + 4)
+    total = max(sec for _phase, sec in steps) or 1.0
     label_w, pad = 150, 4
     scale = (width - label_w - 60) / total
     rows: List[str] = []
     start = 0.0
     for i, (phase, sec) in enumerate(steps):
-        y = pad + i * (bar + pad)
+        y = pad + i * (bar_height + pad)
         x = label_w + start * scale
         w = max(2.0, (sec - start) * scale)
-        rows.append('<text x="0" y="%d" font-size="12">%s</text>' % (y + bar - 5, escape(phase)))
+        rows.append('<text x="0" y="%d" font-size="12">%s</text>' % (y + bar_height - 5, escape(phase)))
         rows.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s: %.1f s to %.1f s</title></rect>'
-                    % (x, y, w, bar, _colour(phase), escape(phase), start, sec))
-        rows.append('<text x="%.1f" y="%d" font-size="11">%.1fs</text>' % (x + w + 3, y + bar - 5, sec))
+                    % (x, y, w, bar_height, _colour(phase), escape(phase), start, sec))
+        rows.append('<text x="%.1f" y="%d" font-size="11">%.1fs</text>' % (x + w + 3, y + bar_height - 5, sec))
         start = max(start, sec)
-    height = pad + len(steps) * (bar + pad)
+    height = pad + len(steps) * (bar_height + pad)
     return ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" role="img" '
             'aria-label="startup timeline">%s</svg>' % (width, height, "".join(rows)))
 

@@ -8,7 +8,8 @@ stands (first line), then what was planned, stopped, launched, proven. Controlle
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping
+
 
 def _get(data: Mapping[str, Any], key: str) -> Dict[str, Any]:
     value = data.get(key)

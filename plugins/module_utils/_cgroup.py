@@ -190,7 +190,7 @@ def populated(path: str) -> bool:
 
 def _populated_in(text: str) -> bool:
     for line in text.splitlines():
-        key, _, value = line.partition(" ")
+        key, _sep, value = line.partition(" ")
         if key == "populated":
             return value.strip() == "1"
     return False
@@ -248,7 +248,7 @@ def kill_each(path: str) -> str:
             fh.write("1\n")
     except OSError:
         pass  # no freezer (kernel < 5.2): the loop below still converges on a finite fork rate
-    for _ in range(50):
+    for _attempt in range(50):
         if not signal_members(path, signal.SIGKILL):
             break
     return "SIGKILL to each member"

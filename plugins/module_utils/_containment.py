@@ -186,9 +186,8 @@ def resolve(record: Optional[Dict[str, Any]]) -> Tuple[Optional[str], List[str]]
     The path acted on is derived from the record's name and this host's cgroup2 mount, never
     taken from the record as written; it must be the very cgroup the launch created (same boot,
     same cgroup id). Another owner raises SglangError(unsafe_cgroup): nothing is signalled."""
-    if not is_contained(record):
+    if record is None or not is_contained(record):
         return None, ["the record has no cgroup (containment none, or written before containment existed)"]
-    assert record is not None
     name = record.get("name")
     mount = _cgroup.v2_mount()
     if not isinstance(name, str) or mount is None:

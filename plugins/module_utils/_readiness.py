@@ -527,9 +527,10 @@ class Readiness:
             if clash:
                 return self._stale(owners, clash, exit_status)
         died = exit_status is not None
-        what = ("the launched process %d exited (%s) %s" % (self.inst.pid, _exit_text(exit_status),
-                                                             self._death_context())
-                if died else "the launch is failing")
+        what = "the launch is failing"
+        if died:
+            what = "the launched process %d exited (%s) %s" % (self.inst.pid, _exit_text(exit_status),
+                                                               self._death_context())
         if first is not None:
             return self._outcome(False, "fatal_log", "%s; its log says: %s" % (what, first),
                                  exit_status=exit_status)
@@ -716,14 +717,14 @@ class Readiness:
         self._lost_note = " (%s)" % why
         self.waiting_for = "a listener of this launch on port %s%s" % (self.inst.port, self._lost_note)
 
-    def _settle_step(self) -> Optional[Outcome]:
-        """Inside the settle window (the process is alive: checked by the caller)."""
+    def _settle_step(self, proven_at: float) -> Optional[Outcome]:
+        """Inside the settle window that began at `proven_at` (the process is alive: checked by
+        the caller)."""
         port = self.inst.port
-        assert self._proven_at is not None
         if port and self._listening and not _ports.has_listener(port):
             self._lost_port("released during the settle window")
             return None
-        if self.clock() - self._proven_at < self.opts.settle:
+        if self.clock() - proven_at < self.opts.settle:
             return None
         if port and self._listening:
             self.owners = port_owners(port, self.inst)
@@ -762,7 +763,7 @@ class Readiness:
         if not self._alive():
             return self._on_dead()
         if self._proven_at is not None:
-            return self._settle_step()
+            return self._settle_step(self._proven_at)
         if self.mode == STARTING and self.log.decisive:
             return self._on_fatal()
         stale = self._early_stale() if self.mode == STARTING else None

@@ -289,6 +289,13 @@ def validate(opts: Options) -> None:
         raise SglangError("poll_interval must be between 0.05 and 60 s", reason="invalid_argument")
 
 
+def _worker_url(opts: Options) -> str:
+    """The worker URL of a present/absent change (validate() already refused one without)."""
+    if not opts.worker_url:
+        raise SglangError("worker_url is required with state=%s" % opts.state, reason="invalid_argument")
+    return opts.worker_url
+
+
 def _serving_others(client: RouterClient, workers: List[Worker], url: str) -> int:
     """Workers that keep serving once `url` is out. The legacy API has no per-worker health:
     there the router's own healthy count minus this worker (as if it were healthy) caps it."""
@@ -324,8 +331,7 @@ def _result(client: RouterClient, opts: Options, changed: bool, action: str, msg
 def _ensure_capacity(client: RouterClient, opts: Options, workers: List[Worker]) -> List[Worker]:
     """Never take out the last healthy worker: `min_healthy` others must keep serving. Waits up
     to min_healthy_timeout for them (a host of the previous batch coming back), then refuses."""
-    assert opts.worker_url
-    url = opts.worker_url
+    url = _worker_url(opts)
 
     def enough(ws: List[Worker]) -> bool:
         return _serving_others(client, ws, url) >= opts.min_healthy
@@ -346,8 +352,7 @@ def _ensure_capacity(client: RouterClient, opts: Options, workers: List[Worker])
 
 
 def _absent(client: RouterClient, opts: Options, before: List[Worker], started: float) -> Dict[str, Any]:
-    assert opts.worker_url
-    url = opts.worker_url
+    url = _worker_url(opts)
     target = find(before, url)
     if target is None:
         return _result(client, opts, False, "none", "%s is not in the router" % url, before, before, started)
@@ -373,8 +378,7 @@ def _listed_healthy(api: str, worker: Optional[Worker]) -> bool:
 
 
 def _present(client: RouterClient, opts: Options, before: List[Worker], started: float) -> Dict[str, Any]:
-    assert opts.worker_url
-    url = opts.worker_url
+    url = _worker_url(opts)
     target = find(before, url)
     changed, answer = False, {}
     if target is None:

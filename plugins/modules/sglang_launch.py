@@ -317,7 +317,8 @@ decision:
   type: str
   sample: "instance 'serving' (pid 4242, stopped (state T)) runs the requested configuration but did not answer /v1/models within 5 s: it must be replaced"
 probe:
-  description: The HTTP probe of a running server that did not answer - C(endpoint), C(timeout), C(answered) (false), C(status), C(error), C(state) (process state, V(T) when stopped).
+  description: The HTTP probe of a running server that did not answer - C(endpoint), C(timeout), C(answered) (false),
+    C(status), C(error), C(state) (process state, V(T) when stopped).
   returned: when reason is unresponsive
   type: dict
 pid:
@@ -639,8 +640,8 @@ def _decide(module: AnsibleModule, result: Dict[str, Any], record: Optional[Dict
             stopped = ", stopped (state T)" if probe.get("state") == "T" else ""
             result["reason"] = "unresponsive"
             result["decision"] = ("instance %r (pid %s%s) runs the requested configuration but did not answer %s "
-                                  "within %s s: it must be replaced" % (ctx["name"], record.get("pid"), stopped,
-                                                                      probe["endpoint"], _num(probe["timeout"])))
+                                  "within %s s: it must be replaced" % (
+                                      ctx["name"], record.get("pid"), stopped, probe["endpoint"], _num(probe["timeout"])))
             if module.check_mode:
                 result["changed"] = True
                 return result

@@ -13,7 +13,7 @@ version_added: "0.1.0"
 description:
   - Answers the question asked. By default the result is a short report - the interpreter and
     every interpreter on the host with sglang, the servers on this host with their state
-    (RV(servers[].state)), the asked ports and flags, and the diagnosis. O(detail=true) adds the
+    (C(state) in RV(servers)), the asked ports and flags, and the diagnosis. O(detail=true) adds the
     full data - command lines, parsed arguments, environments, listeners, C(server_info) and
     C(model_info), every argparse field of each flag, the C(/dev/shm) files.
   - Resolves the Python interpreter that would run sglang (from O(venv) or O(python), never a bare
@@ -34,7 +34,7 @@ description:
     unknown flag name or an unknown value.
   - Reports the containment a launch would get on this host (RV(containment)) and, per server
     with a launch record, its containment and cgroup, flagging processes attributed to the server
-    that are outside its cgroup (RV(servers[].outside_cgroup)).
+    that are outside its cgroup (C(outside_cgroup) in RV(servers)).
   - Finds running sglang servers by process title, command line and instance marker, groups them
     into servers (main process, ranks, detokenizer, orphaned members), with user, start time,
     interpreter, listening ports (IPv4 and IPv6), instance name and (with O(detail)) the
@@ -44,7 +44,7 @@ description:
     C(/model_info); a port nobody answers on is reported in the result, not as a failure.
     With O(api_key), a port is asked only when every process holding it is a member of a
     recognised sglang server run by O(server_user); anything else gets no request at all and is
-    reported with its holder (RV(ports[].api_key_sent) false, the reason in RV(ports[].error)).
+    reported with its holder (C(api_key_sent) false in RV(ports), the reason in its C(error)).
   - Reports GPU compute processes (tagged C(sglang) or C(foreign)), sglang-pattern files in
     C(/dev/shm) and whether a live process holds them, and a list of plain-sentence diagnoses.
   - Runs on a broken host too - without psutil or requests it reads what it can, lists what it

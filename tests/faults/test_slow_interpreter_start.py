@@ -110,4 +110,4 @@ def test_failure_after_the_spawn_kills_the_session(tmp_path):
     sup = exc.details["supervisor_pid"]
     assert "stopped" in exc.msg and str(sup) in exc.msg, exc.msg
     assert _session(sup) == []
-    assert [p for p in marked_pids(state_prefix=state)] == []
+    assert list(marked_pids(state_prefix=state)) == []

@@ -109,7 +109,7 @@ def meminfo() -> Dict[str, int]:
     out = {}
     with open("/proc/meminfo") as fh:
         for line in fh:
-            key, _, rest = line.partition(":")
+            key, _sep, rest = line.partition(":")
             if key in ("MemTotal", "MemAvailable", "Cached", "Dirty"):
                 out[key + "_mib"] = int(rest.split()[0]) // 1024
     return out
@@ -590,9 +590,9 @@ def _prewarm_checks(out: Dict[str, Any], loader: str) -> None:
               "%.2f%% resident" % out[key]["resident_pct"])
     pw = out.get("prewarm_second_pass") or out["prewarm"]
     check("W2" + sfx, "prewarm read the checkpoint into the page cache", pw["resident_after_pct"] >= 99.0,
-          "resident %.1f%% -> %.1f%%, %.1f s, %.2f GB/s" % (out["prewarm"]["resident_before_pct"],
-                                                        pw["resident_after_pct"], out["prewarm"]["seconds"],
-                                                        out["prewarm"]["gbps"]))
+          "resident %.1f%% -> %.1f%%, %.1f s, %.2f GB/s" % (
+              out["prewarm"]["resident_before_pct"], pw["resident_after_pct"], out["prewarm"]["seconds"],
+              out["prewarm"]["gbps"]))
     for key in ("A_cold_launch", "B_restart_cold", "C_restart_prewarmed", "D_restart_prewarmed_again"):
         wl = runs[key].get("weight_load") or {}
         want = "cuda" if USE_GPU else "host"
@@ -627,8 +627,8 @@ def markdown() -> str:
         lines += ["", "loader %s (tp %s)" % (loader, pw.get("tp")), "",
                   "| run | load phase (s) | launch-to-ready (s) | teardown (s) | downtime (s) |", "|---|---|---|---|---|"]
         for key, r in (pw.get("runs") or {}).items():
-            lines.append("| %s | %s | %s | %s | %s |" % (key, r.get("load_s"), r.get("launch_to_ready_s"),
-                                                        r.get("teardown_s", "-"), r.get("downtime_s", "-")))
+            lines.append("| %s | %s | %s | %s | %s |" % (
+                key, r.get("load_s"), r.get("launch_to_ready_s"), r.get("teardown_s", "-"), r.get("downtime_s", "-")))
         p = pw.get("prewarm") or {}
         lines += ["", "prewarm: %s" % p.get("msg"), "", "load ratio cold/prewarmed: %s; downtime ratio: %s"
                   % (pw.get("load_ratio_cold_over_prewarmed"), pw.get("downtime_ratio"))]

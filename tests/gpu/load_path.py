@@ -75,7 +75,7 @@ def h2d(nbytes: int, pinned: bool) -> int:
     dst.copy_(src)
     torch.cuda.synchronize()
     t0 = time.monotonic()
-    for _ in range(4):
+    for _copy in range(4):
         dst.copy_(src)
     torch.cuda.synchronize()
     h2d.seconds = time.monotonic() - t0  # type: ignore[attr-defined]

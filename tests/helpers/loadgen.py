@@ -232,7 +232,7 @@ def completions_over_time(results: List[Result], start: float, step: float = 1.0
     for r in results:
         i = max(0, min(buckets - 1, int((r.end - start) / step)))
         out[i][1 if r.ok else 2] += 1
-    return [(t, s, f) for t, s, f in out]
+    return [tuple(row) for row in out]
 
 
 class HealthSampler(threading.Thread):
@@ -275,4 +275,4 @@ class HealthSampler(threading.Thread):
             self._halt.wait(self.interval)
 
     def min_serving(self) -> int:
-        return min((s for _, s, _ in self.samples), default=0)
+        return min((s for _when, s, _routed in self.samples), default=0)

@@ -74,7 +74,8 @@ def launch(base: str, faults: str = "", escaper: str = "0") -> Dict[str, Any]:
 def observe(run: Dict[str, Any]) -> Dict[str, Any]:
     rec = run["rec"]
     unit = rec.get("unit")
-    shown = subprocess.run(["systemctl", "show", "--no-pager", "--", unit], capture_output=True, text=True).stdout
+    shown = subprocess.run(["systemctl", "show", "--no-pager", "--", unit], capture_output=True, text=True,
+                           check=False).stdout
     sup = _procs.read_proc(rec["supervisor_pid"])
     esc = _procs.read_proc(run["escaper"]) if run["escaper"] else None
     members = _cgroup.members(rec["cgroup"])

@@ -139,7 +139,7 @@ def _launch(spec: _launcher.LaunchSpec, launched: List[Dict[str, Any]], tmp_path
     launched.append(rec)
     assert wait_for(lambda: _health(port) == 200, 30), open(rec["log_path"]).read()[-2000:]
     if spec.argv[4] != "none":
-        assert wait_for(lambda: (tmp_path / "escaper.pid").exists(), 10)
+        assert wait_for((tmp_path / "escaper.pid").exists, 10)
     return rec
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import time
 from typing import Iterator
 
 import pytest

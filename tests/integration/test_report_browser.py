@@ -3,7 +3,6 @@ pointed at that executable): every host's timeline renders, and the page logs no
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 

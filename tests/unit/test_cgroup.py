@@ -23,6 +23,7 @@ def test_this_host_has_a_writable_cgroup_v2() -> None:
     assert MOUNT, "no cgroup2 mount in /proc/self/mountinfo"
     assert _cgroup.writable(MOUNT)[0], _cgroup.writable(MOUNT)[1]
 
+
 # A worker that does everything an escaping process can without privileges: double fork,
 # setsid, reparent to init, new title, empty environment, ignore SIGTERM.
 ESCAPER = r"""

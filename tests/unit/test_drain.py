@@ -86,8 +86,8 @@ def test_unknown_shapes_are_no_load(body: Any) -> None:
 
 # -- sources ----------------------------------------------------------------------------------------
 def test_falls_back_to_v1_loads_then_metrics_and_keeps_the_one_that_answered() -> None:
-    server = Server([0], paths={"/metrics": Response(200, METRICS.replace("2.0", "0.0").replace("1.0", "0.0")
-                                                                .replace("3.0", "0.0"))})
+    zeroed = METRICS.replace("2.0", "0.0").replace("1.0", "0.0").replace("3.0", "0.0")
+    server = Server([0], paths={"/metrics": Response(200, zeroed)})
     res = run(server)
     assert res["drained"] and res["source"] == "metrics"
     assert server.seen[:3] == ["/get_load", "/v1/loads", "/metrics"]

@@ -29,8 +29,8 @@ def test_questions_in_every_form():
     assert F.questions(["reasoning-parser", "--tp"]) == [("reasoning-parser", None, False), ("--tp", None, False)]
     assert F.questions({"reasoning-parser": "kimi_k2", "tp-size": None}) == [
         ("reasoning-parser", "kimi_k2", True), ("tp-size", None, False)]
-    assert F.questions("reasoning-parser=kimi_k2, tp-size") == [("reasoning-parser", "kimi_k2", True),
-                                                               ("tp-size", None, False)]
+    assert F.questions("reasoning-parser=kimi_k2, tp-size") == [
+        ("reasoning-parser", "kimi_k2", True), ("tp-size", None, False)]
     assert F.questions(None) == []
     with pytest.raises(SglangError) as err:
         F.questions(5)

@@ -203,8 +203,8 @@ def test_in_use_never_returns_an_interpreter_another_user_can_replace(monkeypatc
     withheld: list = []
     got = in_use(servers, records, [], user="root", untrusted=withheld)
     assert [g["python"] for g in got] == ["/opt/other/bin/python"]
-    assert [(w["python"], w["why"]) for w in withheld] == [("/home/bob/env/bin/python",
-                                                             "owned by user bob (/home/bob)")]
+    assert [(w["python"], w["why"]) for w in withheld] == [
+        ("/home/bob/env/bin/python", "owned by user bob (/home/bob)")]
     assert withheld[0]["source"] == "the running instance 'serving' (pid 7)"
     assert in_use(servers, records, [], user="root") == got  # without a collector: just left out
 

@@ -5,8 +5,9 @@ from ansible_collections.llmops.sglang.plugins.filter.restart_summary import hos
 
 PLAN_RUNNING = {"changed": True, "reason": "config_changed", "record": {"pid": 100, "log_path": "/l/old.log"},
                 "changes": [{"key": "args"}]}
-TD = {"changed": True, "targets": [{"pid": 100}], "killed": [{"pid": 100, "name": "python3", "signal": "SIGTERM"},
-                                                              {"pid": 101, "name": "sglang::scheduler", "signal": "SIGTERM"}],
+TD = {"changed": True, "targets": [{"pid": 100}],
+      "killed": [{"pid": 100, "name": "python3", "signal": "SIGTERM"},
+                 {"pid": 101, "name": "sglang::scheduler", "signal": "SIGTERM"}],
       "shm_removed": [], "timings": {"plan": 0.1, "term": 0.4}}
 LAUNCH = {"changed": True, "pid": 200, "log_path": "/l/new.log", "record": {"sglang_version": "0.5.23", "interpreter": "/v/bin/python"}}
 READY = {"ready": True, "elapsed": 3.0, "since_launch": 3.2, "server_version": "0.5.23", "log_path": "/l/new.log",

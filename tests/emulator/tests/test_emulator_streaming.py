@@ -75,11 +75,11 @@ def post(port: int, path: str, body: Dict[str, Any], key: Optional[str] = None) 
 
 def running(port: int, key: Optional[str] = None) -> Dict[str, float]:
     """What each load source reports as running + waiting."""
-    _, raw = get(port, "/get_load", key)
+    _status, raw = get(port, "/get_load", key)
     old = json.loads(raw)
-    _, raw = get(port, "/v1/loads", key)
+    _status, raw = get(port, "/v1/loads", key)
     new = json.loads(raw)["loads"]
-    _, metrics = get(port, "/metrics")
+    _status, metrics = get(port, "/metrics")
     gauges = {m.group(1): float(m.group(2)) for m in
               re.finditer(r"^sglang:(num_running_reqs|num_queue_reqs)\{[^}]*\} (\S+)$", metrics, re.M)}
     return {

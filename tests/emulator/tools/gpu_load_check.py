@@ -82,7 +82,8 @@ def main() -> None:
         text = launch(folder, tp, folder.parent / f"{label}.log")
         print(f"===== {label}")
         for line in re.split(r"[\r\n]", text):
-            if re.search(r"Load weight|Loading safetensors|Multi-thread loading|Emulator weight load|Capture cuda graph|ready to roll|NOT READY|Error|Traceback|MiB|pid", line):
+            if re.search(r"Load weight|Loading safetensors|Multi-thread loading|Emulator weight load|"
+                         r"Capture cuda graph|ready to roll|NOT READY|Error|Traceback|MiB|pid", line):
                 print(line)
 
 

@@ -52,7 +52,7 @@ def main(impl: str) -> None:
     # Fast shards: dynamic miniters skips counts.
     fh = stream()
     for step in make(list(range(40)), desc="Loading safetensors checkpoint shards", disable=False,
-                  bar_format=BAR_FORMAT, position=0, file=fh):
+                     bar_format=BAR_FORMAT, position=0, file=fh):
         clock.t += 0.03
     out["shards_fast"] = text(fh)
     # CUDA graph capture: default bar format, set_description per batch size.

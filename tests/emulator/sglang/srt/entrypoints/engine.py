@@ -106,6 +106,6 @@ def launch_subprocesses(server_args: ServerArgs) -> Subprocesses:
         # The tokenizer manager imports every multimodal processor (0.5.23:
         # srt/managers/multimodal_processor.py); a missing optional module is logged and skipped.
         e = ModuleNotFoundError("No module named 'transformers.models.glm_ocr'")
-        logger.warning(f"Ignore import error when loading sglang.srt.multimodal.processors.glm_ocr: {e}")
+        logger.warning("Ignore import error when loading sglang.srt.multimodal.processors.glm_ocr: %s", e)
     subs.infos = wait_for_schedulers(subs.readers, subs.schedulers)
     return subs

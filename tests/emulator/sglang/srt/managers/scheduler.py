@@ -149,7 +149,7 @@ def _optional_import_warnings() -> None:
         "ImportError with:\nNo module named 'triton.compiler.compiler'"
     )
     e = ModuleNotFoundError("No module named 'transformers.models.glm_ocr'")
-    logger.warning(f"Ignore import error when loading sglang.srt.models.glm_ocr: {e}")
+    logger.warning("Ignore import error when loading sglang.srt.models.glm_ocr: %s", e)
 
 
 # Emulated memory (GB) when no GPU is held: an 80 GB card, an 8B model in bf16.

@@ -128,7 +128,7 @@ def load_weights(server_args: ServerArgs, tp_rank: int, device: Optional[int]) -
         raise RuntimeError(f"Cannot find any model weights with `{server_args.model_path}`")
     paths = files.on_disk if real else files.names
     progress = tqdm(desc=_description(files.use_safetensors, multithread), total=len(paths),
-               disable=tp_rank != 0, bar_format=BAR_FORMAT, position=0)
+                    disable=tp_rank != 0, bar_format=BAR_FORMAT, position=0)
     start = time.monotonic()
     on_gpu = real and _gpu_reader_available(device)
     result = LoadResult(mode=("cuda" if on_gpu else "host") if real else "simulated", files=len(paths))
