@@ -145,11 +145,24 @@ def _check_above(label: str, path: str) -> None:
             raise _unsafe(label, path, above, st, "is writable by group or others without the sticky bit")
 
 
+def _check_link(label: str, path: str) -> None:
+    """A last component that is a symlink must be root's or ours: the owner of a symlink in a
+    sticky directory can point it elsewhere at any moment, after the directory was checked."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return  # missing (or under a non-directory): creating or using it reports that
+    if stat.S_ISLNK(st.st_mode) and not _trusted_owner(st.st_uid):
+        raise _unsafe(label, path, path, st, "is a symlink owned by another user (it can be pointed elsewhere "
+                                             "at any time)")
+
+
 def check_dir(path: str, label: str = "directory") -> None:
     """Refuse (SglangError reason unsafe_dir) a directory that another user could write or swap;
     a path that does not exist yet is judged by the directories above it. Creates nothing, so
     check mode can use it."""
     _check_above(label, path)
+    _check_link(label, path)
     if os.path.lexists(path):
         _check_target(label, path)
 
@@ -168,6 +181,7 @@ def ensure_dir(path: str, mode: int = 0o700, label: str = "directory") -> None:
     (missing parents too) when absent. Raises SglangError: unsafe_dir, no_space or io_error."""
     path = os.path.abspath(path)
     _check_above(label, path)
+    _check_link(label, path)
     missing = []
     probe = path
     while not os.path.lexists(probe):
@@ -244,12 +258,36 @@ def write_record(state_dir: str, name: str, record: Dict[str, Any]) -> str:
     return path
 
 
+def _unsafe_record(path: str, why: str, st: Optional[os.stat_result] = None) -> SglangError:
+    details: Dict[str, Any] = {}
+    if st is not None:
+        details = {"owner": _owner(st.st_uid), "mode": "%04o" % stat.S_IMODE(st.st_mode)}
+    return SglangError("%s is not trusted: %s; a record must be a regular file of %s that group and others "
+                       "cannot write" % (path, why, _expected_owner()), reason="unsafe_record", path=path, **details)
+
+
 def read_json(path: str) -> Optional[Dict[str, Any]]:
+    """A JSON object from a file root (or the module's user) wrote: opened without following a
+    symlink and judged on the descriptor (owner, mode), so a file swapped in by another user is
+    refused with reason unsafe_record, never read."""
     try:
-        with open(path) as fh:
-            data = json.load(fh)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _unsafe_record(path, "it is a symlink")
+        raise SglangError("cannot read %s: %s" % (path, exc))
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise _unsafe_record(path, "it is not a regular file", st)
+            if not _trusted_owner(st.st_uid):
+                raise _unsafe_record(path, "it is owned by another user", st)
+            if st.st_mode & 0o022:
+                raise _unsafe_record(path, "it is writable by group or others", st)
+            data = json.loads(fh.read().decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise SglangError("cannot read %s: %s" % (path, exc))
     if not isinstance(data, dict):

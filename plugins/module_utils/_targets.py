@@ -269,6 +269,7 @@ class Selection:
     never: Dict[int, str] = field(default_factory=dict)    # pid -> why it was refused: never adopted later
     named: Set[int] = field(default_factory=set)           # pids the launch record names (start time checked)
     outside_cgroup: List[Dict[str, object]] = field(default_factory=list)  # record heuristics, not members
+    foreign_listeners: List[Dict[str, object]] = field(default_factory=list)  # beside the instance's address
 
     def refuse(self, proc: _procs.Proc, would_be: List[str], why: str, world: "World") -> None:
         """Record a process a reason selected but a protection refused (once per pid)."""
@@ -529,13 +530,25 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
                 pattern_hits[proc.pid] = hit.split(" ", 2)[-1]  # the pattern's repr
                 propose(proc.pid, hit)
 
+    # A listener that is never a target blocks the teardown only where it collides with the
+    # instance's bind address (unknown without a record: then every one does); one beside it
+    # (::1 with IPV6_V6ONLY next to 0.0.0.0) cannot be the instance and is only reported.
+    host = record.get("host") if record else None
+    host = host if isinstance(host, str) else None
+    port_listeners: Dict[int, List[_ports.Listener]] = {}
     for listener in world.listeners:
         for pid in listener.pids:
             port_pids.add(pid)
+            port_listeners.setdefault(pid, []).append(listener)
             propose(pid, "listens on managed port %d (%s %s)" % (listener.port, listener.family, listener.address))
-        if not listener.pids:
+        if listener.pids:
+            continue
+        if _ports.address_conflict(listener.family, listener.address, host):
             sel.conflicts.append("port %d (%s %s) has a listener whose owner cannot be read (another user's "
                                  "process?)" % (listener.port, listener.family, listener.address))
+        else:
+            sel.foreign_listeners.append(dict(listener.to_dict(), pid=None, why="owner cannot be read; its "
+                                              "address does not collide with the instance's %s" % host))
 
     # Direct targets: apply protections and the other-instance rule.
     for pid in sorted(candidates):
@@ -552,8 +565,14 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
                 sel.conflicts.append("pattern %s selects pid %d (%s) but protect entry %r protects it"
                                      % (pattern_hits[pid], pid, proc.comm, entry))
             if pid in port_pids:
-                sel.conflicts.append("pid %d (%s, user %s) listens on a managed port but is never a target: %s"
-                                     % (pid, proc.comm, proc.user, blocked))
+                clash = [l for l in port_listeners[pid] if _ports.address_conflict(l.family, l.address, host)]
+                if clash:
+                    sel.conflicts.append("pid %d (%s, user %s) listens on a managed port but is never a target: %s"
+                                         % (pid, proc.comm, proc.user, blocked))
+                else:
+                    sel.foreign_listeners.extend(
+                        describe(proc, port=l.port, family=l.family, address=l.address, why_not=blocked)
+                        for l in port_listeners[pid])
             continue
         target = Target(proc, list(candidates[pid]), via_port=pid in port_pids)
         if pid in other:

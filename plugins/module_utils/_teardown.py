@@ -457,6 +457,7 @@ def summary(plan: Plan) -> Dict[str, object]:
         "foreign_gpu_processes": sel.foreign_gpu,
         "spared": sel.spared,
         "outside_cgroup": sel.outside_cgroup,
+        "foreign_listeners": sel.foreign_listeners,
         "record": {"notes": sel.record_notes, "files": plan.record_files, "tmpdir": plan.tmpdir,
                    "tmpdir_note": plan.tmpdir_note},
     }
@@ -656,8 +657,11 @@ def _verify(plan: Plan, opts: Options, pids: Set[int], deadline: float
             ) -> Tuple[List[Dict[str, object]], Dict[int, Dict[int, Optional[int]]], Optional[_gpus.GpuReport]]:
     """Poll until the ports have no listener and the GPUs list no target, or the deadline."""
     ports_after: List[Dict[str, object]] = []
+    # foreign listeners beside the instance's address were never targets: not left by the teardown
+    beside = {(f["port"], f["family"], f["address"]) for f in plan.selection.foreign_listeners}
     while plan.scope.ports:
-        ports_after = [l.to_dict() for l in _ports.listeners(plan.scope.ports)]
+        ports_after = [l.to_dict() for l in _ports.listeners(plan.scope.ports)
+                       if (l.port, l.family, l.address) not in beside or set(l.pids) & pids]
         if not ports_after or time.monotonic() >= deadline:
             break
         time.sleep(POLL)

@@ -250,6 +250,17 @@ other_namespaces:
   elements: dict
   sample: [{"pid": 5150, "name": "python", "user": "root", "cmdline": "python -m sglang.launch_server --port 30000",
             "would_be": ["command line: python -m sglang.launch_server"], "pid_namespace": "pid:[4026532179]"}]
+foreign_listeners:
+  description:
+    - Listeners on a managed port that are never targets (another user's, or an owner that cannot be
+      read) but whose address does not collide with the instance's bind address (the record's C(host)),
+      for example C([::1]:P) with IPV6_V6ONLY beside a server on C(0.0.0.0:P). Left alone; they do not
+      block the teardown nor count as a port still held. A colliding one is a C(scope_conflict).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"pid": 700, "name": "python3", "user": "alice", "cmdline": "python3 -m http.server", "port": 8000,
+            "family": "ipv6", "address": "::1", "why_not": "another user's process (all_users is false)"}]
 outside_cgroup:
   description:
     - Contained launches only - processes the launch record's heuristics (pid, process group, session,
