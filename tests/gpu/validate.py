@@ -707,16 +707,26 @@ def main() -> int:
         def plan_view(r):
             tg = {t["pid"]: [x for x in t.get("reasons", []) if "GPU" in x] for t in r.get("targets", [])}
             fg = {f["pid"]: f.get("gpus") for f in r.get("foreign_gpu_processes", [])}
-            return tg, fg
-        tn, fn = plan_view(c_nvml)
-        ts, fs = plan_view(c_smi)
+            # a contained launch (containment auto -> cgroup here) is planned by its cgroup: its
+            # members are listed under containment, not as targets with per-process reasons
+            members = {int(m["pid"]) for m in (r.get("containment") or {}).get("members", [])}
+            return tg, fg, members
+        tn, fn, mn = plan_view(c_nvml)
+        ts, fs, ms = plan_view(c_smi)
         gpu_reason = sum(1 for v in tn.values() if v)
         close = set(fn) == set(fs) == {fpid} and all(
             abs(float(fn[fpid][k]) - float(fs[fpid].get(k, -9))) <= 0.1 for k in fn[fpid])
-        check("F5", "teardown check mode: NVML and nvidia-smi choose the same targets (same GPU reasons) and the "
-              "same foreign process", set(tn) == set(ts) and gpu_reason == TP and close
-              and {k: len(v) for k, v in tn.items()} == {k: len(v) for k, v in ts.items()},
-              "targets %d/%d, with a GPU reason %d, foreign nvml %s smi %s" % (len(tn), len(ts), gpu_reason, fn, fs))
+        if mn or ms:
+            check("F5", "teardown check mode (contained instance): NVML and nvidia-smi plan the same cgroup members, "
+                  "every scheduler holding GPU memory among them, and the same foreign process outside them",
+                  mn == ms and set(tn) == set(ts) and sched <= mn and fpid not in mn and close,
+                  "members %d/%d, schedulers in %d/%d, other targets %d/%d, foreign nvml %s smi %s"
+                  % (len(mn), len(ms), len(sched & mn), len(sched), len(tn), len(ts), fn, fs))
+        else:
+            check("F5", "teardown check mode: NVML and nvidia-smi choose the same targets (same GPU reasons) and "
+                  "the same foreign process", set(tn) == set(ts) and gpu_reason == TP and close
+                  and {k: len(v) for k, v in tn.items()} == {k: len(v) for k, v in ts.items()},
+                  "targets %d/%d, with a GPU reason %d, foreign nvml %s smi %s" % (len(tn), len(ts), gpu_reason, fn, fs))
 
         # 5. kill: the foreign process goes too
         sched = set(schedulers())
