@@ -67,7 +67,29 @@ def check_purge_path(path: object, state_dir: Optional[str], shm_dir: Optional[s
     if why:
         raise SglangError("purge path %s %s; name a directory of its own (e.g. /dev/shm/sglang_hs)" % (shown, why),
                           reason="bad_purge_path", path=path)
+    _refuse_links(path)
     return real
+
+
+def _refuse_links(path: str) -> None:
+    """A purge path is never a symlink, and no directory on its way is a symlink another user
+    owns: resolving one (as realpath does) would hand that user the choice of what root empties
+    (/dev/shm/sglang_hs -> /root/x)."""
+    parts = os.path.normpath(path).split(os.sep)[1:]
+    here = os.sep
+    for i, part in enumerate(parts):
+        here = os.path.join(here, part)
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISLNK(st.st_mode):
+            continue
+        leaf = i == len(parts) - 1
+        if leaf or st.st_uid not in (0, os.geteuid()):
+            raise SglangError("purge path %s: %s is a symlink%s; refusing to follow it (name the directory itself)"
+                              % (path, here, "" if leaf else " owned by uid %d" % st.st_uid),
+                              reason="unsafe_purge_path", path=path)
 
 
 @dataclass

@@ -145,3 +145,17 @@ def test_deny_list_sees_through_symlinks(tmp_path):
         with pytest.raises(SglangError) as err:
             _teardown.validate_options(_opts(bad), str(state))
         assert err.value.details["reason"] == "bad_purge_path"
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_dump_dir_planted_as_a_symlink_is_refused(throwaway_user, sticky_shm, shared_tmp, tmp_path, check_mode):
+    """Another user plants the dump dir itself as a symlink to a root-only directory before the
+    run: resolving it would have root empty the target. Refused, the target untouched."""
+    victim = _victim(shared_tmp)
+    dump = os.path.join(sticky_shm, "sglang_hs")
+    throwaway_user.run(["ln", "-s", victim, dump])
+    args = {"name": "sec-%s" % uuid.uuid4().hex[:6], "state_dir": str(tmp_path / "state"), "gpus": [],
+            "gpu_backend": "none", "sglang_processes": False, "shm_cleanup": False, "purge_paths": [dump]}
+    res = run_module("sglang_teardown", args, check_mode=check_mode)
+    assert res.get("failed") and res["reason"] == "unsafe_purge_path", res
+    assert os.path.exists(os.path.join(victim, "precious"))
