@@ -108,7 +108,7 @@ def main() -> int:
     try:
         step("read() 16 MiB blocks, one thread", True, lambda: read_all(files))
         step("read() 16 MiB blocks, one thread", False, lambda: read_all(files))
-        step("safe_open + get_tensor (CPU copy)", False, lambda: get_tensors(files, False))
+        step("safe_open + get_tensor (a view of the mmap, no page touched)", False, lambda: get_tensors(files, False))
         step("safe_open + get_tensor + .to(cuda)", False, lambda: get_tensors(files, True))
         step("safe_open + get_tensor + .to(cuda)", True, lambda: get_tensors(files, True))
         step("safe_open + get_tensor + .to(cuda) again", False, lambda: get_tensors(files, True))
