@@ -20,6 +20,8 @@ py="${CPW_PYTHON:-python3}"
 export CPW_EMU_PYTHON="${CPW_EMU_PYTHON:-$(command -v "$py")}"
 # names this run's cgroups (llmops-sglang.slice/cpw-<label>-<token>), so the trap kills only them
 export CPW_TOKEN="${CPW_TOKEN:-$(printf '%x%04x' $$ $RANDOM)}"
+# Only the work directory itself needs to be private; its parents keep the usual mode.
+# shellcheck disable=SC2174
 mkdir -p -m 0700 "$CPW_WORK"
 mkdir -p "$OUT"
 started=$(date +%s)

@@ -72,6 +72,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' INT TERM
 
+# Only the work directory itself needs to be private; its parents keep the usual mode.
+# shellcheck disable=SC2174
 mkdir -p -m 0700 "$work"
 mkdir -p "$OUT"
 # ansible.cfg's collections_path needs collections/ansible_collections/llmops/sglang -> the checkout
