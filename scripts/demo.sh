@@ -36,6 +36,7 @@ mkdir -p "$demo_dir"
 chmod 0700 "$demo_dir"
 out="$(mktemp -d "$demo_dir/out.XXXXXX")"
 playbook=(.venv/bin/ansible-playbook -i inventory/local.yml -e "sglang_demo_dir=$demo_dir" -e "sglang_port=$port")
+report_dir="$root/build/demo-report"
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 recap() {  # recap FILE -> "ok=.. changed=.. ..." of localhost
@@ -65,7 +66,7 @@ trap cleanup_on_error ERR
 echo "demo: instance $name on 127.0.0.1:$port, state $state, logs $logs"
 
 step "1/4 restart_extraction.yml (first run: launches the server)"
-"${playbook[@]}" playbooks/restart_extraction.yml | tee "$out/run1.log"
+"${playbook[@]}" playbooks/restart_extraction.yml -e "sglang_report_dir=$report_dir" | tee "$out/run1.log"
 echo "recap: $(recap "$out/run1.log")"
 
 step "2/4 restart_extraction.yml again with the same inputs (must be changed=0)"
@@ -95,3 +96,5 @@ echo "run 2: $(recap "$out/run2.log")   <- same inputs, nothing restarted"
 echo "check: $(recap "$out/check.log")   <- would restart (mem-fraction-static 0.88 -> 0.85)"
 echo "teardown: $(recap "$out/teardown.log")"
 echo "server logs: $logs   ansible output: $out"
+echo "where the host stood after run 1: $(grep -m1 -E ' on localhost: ' "$out/run1.log" | sed -E "s/^[ '\"-]*//; s/['\",]*$//")"
+echo "restart report: $(grep -m1 -oE 'restart report: [^ "]+' "$out/run1.log" | sed 's/^restart report: //')"
