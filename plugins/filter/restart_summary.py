@@ -108,10 +108,17 @@ def restart_summary(data: Mapping[str, Any]) -> List[str]:
     errors = (plan.get("preflight") or {}).get("errors") or []
     if errors:
         plan_line += "; preflight errors: " + " | ".join(str(e) for e in errors)
+    foreign = [h for h in plan.get("port_holder") or [] if isinstance(h, dict) and h.get("foreign")]
+    if foreign:
+        plan_line += "; foreign port holder (%s): %s" % (data.get("foreign_port_holders", "?"), "; ".join(
+            "%s %s" % (h.get("pid"), " ".join(h.get("cmdline") or [])) for h in foreign))
     lines = [head, plan_line]
     if data.get("failed_task"):
         lines.append("failed at: %s" % data["failed_task"])
-    lines += ["stopped: " + _stopped(td, check_mode), "launch: " + _launched(launch, plan),
+    spared = td.get("spared") or []
+    lines += ["stopped: " + _stopped(td, check_mode) + ("; %d spared (%s)" % (len(spared), ", ".join(
+        "%s: %s" % (p.get("pid"), p.get("why_not", "?")) for p in spared[:5])) if spared else ""),
+              "launch: " + _launched(launch, plan),
               "ready: " + _ready(ready), "startup timeline: " + _timeline(ready),
               "verify: %s" % (data.get("verified") or "not run")]
     rollback = _get(data, "rollback")

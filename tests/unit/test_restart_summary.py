@@ -61,3 +61,13 @@ def test_a_slow_start_is_flagged() -> None:
     ready = dict(READY, slow_start=True, start_seconds=61.0, last_start_seconds=30.0)
     lines = restart_summary({"plan": PLAN_RUNNING, "teardown": TD, "launch": LAUNCH, "ready": ready})
     assert any(line.endswith("SLOW START (61 s, the last start took 30 s)") for line in lines)
+
+
+def test_foreign_port_holder_and_spared_processes_are_named() -> None:
+    plan = dict(PLAN_RUNNING, port_holder=[{"pid": 77, "cmdline": ["python3", "-m", "http.server"], "foreign": True},
+                                           {"pid": 100, "foreign": False}])
+    td = dict(TD, spared=[{"pid": 9, "why_not": "owned by bob (all_users is false)"}])
+    lines = restart_summary({"plan": plan, "teardown": td, "launch": LAUNCH, "ready": READY,
+                             "foreign_port_holders": "kill"})
+    assert "foreign port holder (kill): 77 python3 -m http.server" in lines[1]
+    assert any("1 spared (9: owned by bob (all_users is false))" in line for line in lines)
