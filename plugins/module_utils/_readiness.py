@@ -18,9 +18,7 @@ so a dead launch is reported within about one poll interval, with the lines that
 """
 from __future__ import annotations
 
-import ipaddress
 import os
-import socket
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -218,57 +216,10 @@ def port_owners(port: int, inst: Instance) -> PortOwners:
     return PortOwners(out, foreign)
 
 
-_WILDCARD = {"ipv4": "0.0.0.0", "ipv6": "::"}
-
-
-def _normal_address(family: Optional[str], address: Optional[str]) -> Tuple[str, str]:
-    """(family, address) with IPv4-mapped IPv6 (`::ffff:a.b.c.d`) as the IPv4 it is."""
-    text = (address or "").strip("[]")
-    if not text:
-        return (family or "ipv4"), _WILDCARD.get(family or "ipv4", "0.0.0.0")
-    try:
-        ip = ipaddress.ip_address(text)
-    except ValueError:
-        return (family or "ipv4"), text
-    mapped = getattr(ip, "ipv4_mapped", None)
-    if mapped is not None:
-        return "ipv4", str(mapped)
-    return ("ipv6" if ip.version == 6 else "ipv4"), str(ip)
-
-
-def host_addresses(host: str) -> List[Tuple[str, str]]:
-    """The (family, address) pairs a server asked to bind `host` binds; [] when unknown."""
-    if host in ("", "0.0.0.0", "::"):
-        return [_normal_address("ipv6" if host == "::" else "ipv4", host)]
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-        return [_normal_address(None, host)]
-    except ValueError:
-        pass  # a name: what it resolves to
-    try:
-        infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        return []
-    return sorted({_normal_address("ipv6" if i[0] == socket.AF_INET6 else "ipv4", i[4][0]) for i in infos})
-
-
-def _collide(a: Tuple[str, str], b: Tuple[str, str]) -> bool:
-    """Two sockets on one port that the kernel would not let coexist (Linux, no SO_REUSEPORT).
-    An IPv6 wildcard is taken as dual-stack (the default): it covers IPv4 too."""
-    if a[0] == b[0]:
-        return a[1] == b[1] or _WILDCARD[a[0]] in (a[1], b[1])
-    six = a if a[0] == "ipv6" else b
-    return six[1] == "::"
-
-
-def address_conflict(family: Optional[str], address: Optional[str], host: str) -> bool:
-    """Does a listener on (family, address) collide with a server bound to `host`? A host that
-    cannot be resolved counts as colliding (the cautious answer)."""
-    mine = host_addresses(host)
-    if not mine:
-        return True
-    theirs = _normal_address(family, address)
-    return any(_collide(theirs, m) for m in mine)
+# One rule for "does that listener collide with this server's address", shared with the
+# teardown's foreign-listener check.
+address_conflict = _ports.address_conflict
+host_addresses = _ports.host_addresses
 
 
 # --- server_info comparison ----------------------------------------------------------------
