@@ -116,8 +116,11 @@ def restart_summary(data: Mapping[str, Any]) -> List[str]:
     if data.get("failed_task"):
         lines.append("failed at: %s" % data["failed_task"])
     spared = td.get("spared") or []
-    lines += ["stopped: " + _stopped(td, check_mode) + ("; %d spared (%s)" % (len(spared), ", ".join(
-        "%s: %s" % (p.get("pid"), p.get("why_not", "?")) for p in spared[:5])) if spared else ""),
+    stopped = "stopped: " + _stopped(td, check_mode)
+    if spared:
+        stopped += "; %d spared (%s)" % (len(spared), ", ".join(
+            "%s: %s" % (p.get("pid"), p.get("why_not", "?")) for p in spared[:5]))
+    lines += [stopped,
               "launch: " + _launched(launch, plan),
               "ready: " + _ready(ready), "startup timeline: " + _timeline(ready),
               "verify: %s" % (data.get("verified") or "not run")]

@@ -12,7 +12,8 @@ from typing import Any, Dict
 from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _procs
 from helpers.fixtures import free_port, run_module
 
-from integration.test_containment import (  # noqa: F401 (launched is a fixture)
+# launched is a fixture: pytest finds it by its name in this module's namespace.
+from integration.test_containment import (  # noqa: F401  # pylint: disable=unused-import
     _assert_escaped, _escaper, _launch, _port_free, _spec, launched)
 
 

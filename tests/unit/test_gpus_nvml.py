@@ -57,6 +57,7 @@ def _fake_smi(tmp_path, monkeypatch, gpu_rows, app_rows) -> None:
     import os
     import stat
     fake = tmp_path / "nvidia-smi"
+
     def echo(rows) -> str:
         return "; ".join("printf '%%s\\n' '%s'" % r for r in rows) or "true"
     fake.write_text("#!/bin/sh\ncase \"$1\" in\n--query-gpu*) %s;;\n--query-compute-apps*) %s;;\nesac\n"
