@@ -331,12 +331,20 @@ def test_an_unprivileged_user_falls_back_to_none_and_says_why():
     try:
         # the system python, with the controller venv's psutil (abi3) where the user can read it
         shutil.copytree(os.path.dirname(psutil.__file__), os.path.join(base, "site", "psutil"))
+        # and a copy of the library: the checkout may sit below a directory the user cannot enter
+        # (a clone under /root, mode 0700)
+        lib = os.path.join(base, "collections", "ansible_collections", "llmops", "sglang", "plugins")
+        shutil.copytree(os.path.join(COLLECTIONS, "ansible_collections", "llmops", "sglang", "plugins", "module_utils"),
+                        os.path.join(lib, "module_utils"), ignore=shutil.ignore_patterns("__pycache__"))
+        for pkg in (os.path.dirname(os.path.dirname(os.path.dirname(lib))), os.path.dirname(os.path.dirname(lib)),
+                    os.path.dirname(lib), lib):
+            open(os.path.join(pkg, "__init__.py"), "a").close()
         for root, dirs, files in os.walk(base):
             for entry in dirs + files:
                 os.chown(os.path.join(root, entry), 65534, 65534)
         os.chown(base, 65534, 65534)
         proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
-                               UNPRIVILEGED, base, COLLECTIONS], capture_output=True, text=True, timeout=60,
+                               UNPRIVILEGED, base, os.path.join(base, "collections")], capture_output=True, text=True, timeout=60,
                               env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = json.loads(proc.stdout.strip().splitlines()[-1])
