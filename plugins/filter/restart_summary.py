@@ -8,7 +8,7 @@ stands (first line), then what was planned, stopped, launched, proven. Controlle
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional
 
 
 def _get(data: Mapping[str, Any], key: str) -> Dict[str, Any]:
@@ -34,7 +34,7 @@ def host_state(data: Mapping[str, Any]) -> str:
         return "DOWN (no server: the rollback failed too)"
     stopped = _ran(td) and not td.get("failed")
     if failed and not stopped:
-        return "FAILED before anything was stopped: serving %s" % (
+        return "FAILED, nothing was stopped: serving %s" % (
             "OLD config (untouched)" if plan.get("record", {}).get("pid") else "nothing (no server was running)")
     if failed:
         return "DOWN (no server)"
@@ -87,6 +87,22 @@ def _timeline(ready: Mapping[str, Any]) -> str:
     return ", ".join("%s +%.1fs" % (s.get("phase"), float(s.get("seconds") or 0)) for s in steps) or "-"
 
 
+def _lock(data: Mapping[str, Any]) -> Optional[str]:
+    """The operation lock's part in this run (None when the role did not say)."""
+    lock = data.get("lock")
+    if not isinstance(lock, dict):
+        return None
+    if not lock.get("used", True):
+        return "not used (sglang_restart_lock: false)"
+    if lock.get("taken_over"):
+        return "taken over: %s" % lock["taken_over"]
+    if lock.get("failed"):
+        return "REFUSED: %s" % (lock.get("holder_text") or lock.get("msg") or "?")
+    if lock.get("lock_path"):
+        return "held by this run (%s)" % lock["lock_path"]
+    return "not taken"
+
+
 def _changes(plan: Mapping[str, Any]) -> str:
     keys = [c.get("key", "?") for c in plan.get("changes") or [] if isinstance(c, dict)]
     return ", ".join(keys)
@@ -115,6 +131,9 @@ def restart_summary(data: Mapping[str, Any]) -> List[str]:
     lines = [head, plan_line]
     if data.get("failed_task"):
         lines.append("failed at: %s" % data["failed_task"])
+    lock = _lock(data)
+    if lock:
+        lines.append("lock: " + lock)
     spared = td.get("spared") or []
     stopped = "stopped: " + _stopped(td, check_mode)
     if spared:

@@ -32,7 +32,7 @@ def test_unchanged() -> None:
 
 def test_preflight_failure_stopped_nothing() -> None:
     state = host_state({"plan": dict(PLAN_RUNNING, failed=True), "failed_task": "Plan the restart"})
-    assert state == "FAILED before anything was stopped: serving OLD config (untouched)"
+    assert state == "FAILED, nothing was stopped: serving OLD config (untouched)"
 
 
 def test_crash_after_teardown_is_down() -> None:
@@ -71,3 +71,12 @@ def test_foreign_port_holder_and_spared_processes_are_named() -> None:
                              "foreign_port_holders": "kill"})
     assert "foreign port holder (kill): 77 python3 -m http.server" in lines[1]
     assert any("1 spared (9: owned by bob (all_users is false))" in line for line in lines)
+
+
+def test_the_lock_line_says_how_the_lock_was_had() -> None:
+    base = {"plan": PLAN_RUNNING, "ready": READY}
+    assert "lock: taken over: run 4242 on ctl is no longer running" in restart_summary(
+        dict(base, lock={"used": True, "taken_over": "run 4242 on ctl is no longer running", "lock_path": "/s/x"}))
+    assert "lock: REFUSED: held by ops@ctl pid 7 for 30 s" in restart_summary(
+        dict(base, lock={"used": True, "failed": True, "holder_text": "held by ops@ctl pid 7 for 30 s"}))
+    assert "lock: not used (sglang_restart_lock: false)" in restart_summary(dict(base, lock={"used": False}))
