@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from helpers.fixtures import free_port, run_module, wait_for
+from ansible_collections.llmops.sglang.plugins.module_utils import _http
 
 # The probe prefers the venv a RUNNING instance uses over any install it finds. On a shared
 # machine another checkout's instance may be running: that answer is right too, when the
@@ -24,7 +25,7 @@ def _names(text: str, expected: str) -> bool:
         return True
     other = _RUNNING.search(text)
     return bool(other) and os.path.exists("/proc/%s" % other.group(1)) and os.path.exists(other.group(2))
-from ansible_collections.llmops.sglang.plugins.module_utils import _http
+
 
 SECRET = "probe-secret-key"
 
