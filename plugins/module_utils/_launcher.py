@@ -197,11 +197,10 @@ def build_env(python: str, venv: Optional[str], user_env: Mapping[str, str], mar
 # --- the spawn -------------------------------------------------------------------------------
 
 def _child_of(parent: int) -> Optional[_procs.Proc]:
-    for pid in _procs.pids():
-        proc = _procs.read_proc(pid)
-        if proc is not None and proc.ppid == parent:
-            return proc
-    return None
+    """The supervisor's server process (it has one child): a parent-link pass, not a full row
+    per process on every poll of the spawn wait."""
+    kids = _procs.children_of(parent)
+    return kids[0] if kids else None
 
 
 def _exit_text(exit_data: Optional[Dict[str, Any]], returncode: Optional[int]) -> str:
