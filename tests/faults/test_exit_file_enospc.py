@@ -9,12 +9,12 @@ from __future__ import annotations
 import errno
 import os
 import signal
-import subprocess
 import sys
 from typing import Iterator, List
 
 import pytest
 
+from helpers import tmpfs as tmpfs_helper
 from ansible_collections.llmops.sglang.plugins.module_utils import _launcher, _procs, _record
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from helpers.fixtures import TEST_MARKER, TEST_RUN_ID, wait_for
@@ -29,22 +29,13 @@ def tmpfs(tmp_path) -> Iterator:
     def mount(name: str, options: str = "size=256k") -> str:
         path = str(tmp_path / name)
         os.makedirs(path)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", options + ",mode=0700", "tmpfs", path], check=True)
+        tmpfs_helper.mount_private(path, options)
         mounted.append(path)
         return path
 
     yield mount
     for path in reversed(mounted):
-        subprocess.run(["umount", "-l", path], check=False)
-
-
-def _fill(path: str) -> None:
-    with open(os.path.join(path, "filler"), "wb", buffering=0) as fh:
-        try:
-            while True:
-                fh.write(b"\0" * 4096)
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
+        tmpfs_helper.unmount(path)
 
 
 def _spec(state: str, logs: str, argv, name: str = "full") -> _launcher.LaunchSpec:
@@ -68,7 +59,7 @@ def test_exit_file_write_on_a_full_disk_leaves_no_temp_file(tmpfs, tmp_path):
               "sys.exit(3)", go]
     rec = _launcher.spawn(_spec(state, str(tmp_path / "logs"), server))
     try:
-        _fill(state)
+        tmpfs_helper.fill(state)
         open(go, "w").close()
         assert wait_for(lambda: not _procs.is_alive(rec["supervisor_pid"], rec["supervisor_start_time"]), 20)
         assert [n for n in os.listdir(state) if ".exit.json" in n] == []
@@ -80,7 +71,7 @@ def test_exit_file_write_on_a_full_disk_leaves_no_temp_file(tmpfs, tmp_path):
 
 def test_record_write_on_a_full_disk_names_the_path(tmpfs):
     state = tmpfs("state")
-    _fill(state)
+    tmpfs_helper.fill(state)
     with pytest.raises(SglangError) as info:
         _record.write_record(state, "full", {"pid": 1, "blob": "x" * 65536})
     exc = info.value
@@ -91,7 +82,7 @@ def test_record_write_on_a_full_disk_names_the_path(tmpfs):
 
 def test_launch_on_a_full_state_dir_is_stopped_and_names_the_path(tmpfs, tmp_path):
     state = tmpfs("state")
-    _fill(state)
+    tmpfs_helper.fill(state)
     marker = "sleep-%s" % os.getpid()
     with pytest.raises(SglangError) as info:
         rec = _launcher.spawn(_spec(state, str(tmp_path / "logs"),

@@ -7,7 +7,6 @@ restarted, h2 fails, and h3 is never touched. A failed lock attempt leaves no fi
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
+from helpers import tmpfs
 from helpers import play_runs
 from helpers.fixtures import wait_for
 from ansible_collections.llmops.sglang.plugins.module_utils import _http, _lock
@@ -82,22 +82,11 @@ def full_fs(tmp_path) -> Iterator[str]:
         pytest.skip("mounting a tmpfs needs root")
     path = str(tmp_path / "full")
     os.makedirs(path)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", path], check=True)
+    tmpfs.mount_private(path, "size=256k")
     try:
         yield path
     finally:
-        subprocess.run(["umount", "-l", path], check=False)
-
-
-def _fill(path: str) -> None:
-    fd = os.open(os.path.join(path, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
+        tmpfs.unmount(path)
 
 
 def _entries(path: str) -> List[str]:
@@ -108,7 +97,7 @@ def test_unwritable_lock_on_h2_stops_the_roll_and_leaves_nothing(tmp_path, fleet
     h2 = fleet["h2"]
     h2["sglang_state_dir"] = os.path.join(full_fs, "state")
     os.makedirs(h2["sglang_state_dir"], mode=0o700)
-    _fill(full_fs)
+    tmpfs.fill(full_fs)
     before = _entries(h2["sglang_state_dir"])
     out = _assert_roll_stopped_at_h2(_roll(tmp_path, fleet), fleet)
     assert "No space left on device" in out

@@ -5,36 +5,17 @@ case mounts a small tmpfs of its own (root only), fills it, and unmounts it afte
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
-import subprocess
 from typing import Iterator
 
 import pytest
 
+from helpers import tmpfs
 from helpers.fixtures import TEST_RUN_ID, free_port, run_module
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}
-
-
-def _mount(path: str, options: str) -> None:
-    os.makedirs(path, exist_ok=True)
-    # mode=0700: a private directory, as the state and log dirs must be (tmpfs defaults to 1777)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options + ",mode=0700", "tmpfs", path], check=True)
-
-
-def _fill(path: str) -> None:
-    """Write until the filesystem says ENOSPC."""
-    fd = os.open(os.path.join(path, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture
@@ -42,7 +23,7 @@ def mounts() -> Iterator[list]:
     paths: list = []
     yield paths
     for path in reversed(paths):
-        subprocess.run(["umount", path], check=False)
+        tmpfs.unmount(path)
 
 
 @pytest.fixture
@@ -63,9 +44,9 @@ def _args(emulator_python: str, model_dir: str, state_dir: str, log_dir: str, **
 
 def test_full_log_dir_fails_the_plan_and_the_launch(emulator_python, model_dir, tmp_path, mounts):
     logs = str(tmp_path / "logs")
-    _mount(logs, "size=64k")
+    tmpfs.mount_private(logs, "size=64k")
     mounts.append(logs)
-    _fill(logs)
+    tmpfs.fill(logs)
     args = _args(emulator_python, model_dir, str(tmp_path / "state"), logs)
 
     plan = run_module("sglang_launch", args, check_mode=True)
@@ -85,9 +66,9 @@ def test_full_log_dir_fails_the_plan_and_the_launch(emulator_python, model_dir, 
 
 def test_full_state_dir_names_state_dir_and_tmpdir(emulator_python, model_dir, tmp_path, mounts):
     state = str(tmp_path / "state")
-    _mount(state, "size=64k")
+    tmpfs.mount_private(state, "size=64k")
     mounts.append(state)
-    _fill(state)
+    tmpfs.fill(state)
     plan = run_module("sglang_launch", _args(emulator_python, model_dir, state, str(tmp_path / "logs")),
                       check_mode=True)
     assert plan["_rc"] != 0 and plan["reason"] == "no_space", plan["preflight"]["errors"]
@@ -98,7 +79,7 @@ def test_full_state_dir_names_state_dir_and_tmpdir(emulator_python, model_dir, t
 
 def test_log_dir_without_free_inodes_fails_the_plan(emulator_python, model_dir, tmp_path, mounts):
     logs = str(tmp_path / "logs")
-    _mount(logs, "size=16m,nr_inodes=64")
+    tmpfs.mount_private(logs, "size=16m,nr_inodes=64")
     mounts.append(logs)
     plan = run_module("sglang_launch", _args(emulator_python, model_dir, str(tmp_path / "state"), logs),
                       check_mode=True)
