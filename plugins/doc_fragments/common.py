@@ -43,3 +43,22 @@ options:
     type: list
     elements: int
 """
+
+    PYTHON = r"""
+options:
+  python:
+    description:
+      - Absolute path of the Python interpreter that has (or runs) sglang, e.g. a venv's
+        C(bin/python). A bare name is refused.
+    type: path
+"""
+
+    INTROSPECT_TIMEOUT = r"""
+options:
+  introspect_timeout:
+    description:
+      - Seconds allowed for reading the sglang CLI (it imports sglang; the result is cached per
+        install), after which the introspection is reported as failed.
+    type: float
+    default: 180
+"""

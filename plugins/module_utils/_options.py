@@ -9,6 +9,8 @@ GPU_BACKENDS = ["auto", "nvml", "nvidia-smi", "none"]
 STATE_DIR: Dict[str, Any] = dict(state_dir=dict(type="path"))
 GPU_BACKEND: Dict[str, Any] = dict(gpu_backend=dict(type="str", choices=GPU_BACKENDS, default="auto"))
 API_KEY: Dict[str, Any] = dict(api_key=dict(type="str", no_log=True))
+PYTHON: Dict[str, Any] = dict(python=dict(type="path"))
+INTROSPECT_TIMEOUT: Dict[str, Any] = dict(introspect_timeout=dict(type="float", default=180))
 
 
 def ports(default: Any = None) -> Dict[str, Any]:
