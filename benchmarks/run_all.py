@@ -21,8 +21,8 @@ from typing import Dict, List
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
 
-BENCHES = ["readiness", "teardown", "restart", "probe", "fleet", "prewarm", "containment", "router_roll"]
-MODULES = {"router_roll": "bench_router_roll", "prewarm": "bench_prewarm", "containment": "bench_containment",
+BENCHES = ["readiness", "progress", "teardown", "restart", "probe", "fleet", "prewarm", "containment", "router_roll"]
+MODULES = {"progress": "bench_progress", "router_roll": "bench_router_roll", "prewarm": "bench_prewarm", "containment": "bench_containment",
            "readiness": "bench_readiness", "teardown": "bench_teardown", "restart": "bench_restart",
            "probe": "bench_probe", "fleet": "bench_fleet"}
 
