@@ -205,6 +205,33 @@ def healthy(port: int) -> bool:
         return False
 
 
+def log_phases(text: str) -> Dict[str, Any]:
+    """From the log's own (millisecond) timestamps: server start -> Load weight begin -> end
+    -> ready; plus the emulator's debug line of what the load did."""
+    stamps: Dict[str, float] = {}
+    for m in re.finditer(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)(?: (TP\d+))?\] ([^\r\n]*)", text):
+        when = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S")) + float("0" + m.group(1)[19:])
+        line, rank = m.group(3), m.group(2)
+        stamps.setdefault("first_line", when)
+        for key, pat in (("load_begin", "Load weight begin"), ("load_end", "Load weight end"), ("ready", READY)):
+            if pat in line and (rank in (None, "TP0") or key == "ready"):
+                stamps.setdefault(key, when)
+    out: Dict[str, Any] = {}
+    if "load_begin" in stamps and "load_end" in stamps:
+        out["load_s"] = round(stamps["load_end"] - stamps["load_begin"], 3)
+    if "first_line" in stamps and "load_begin" in stamps:
+        out["start_to_load_begin_s"] = round(stamps["load_begin"] - stamps["first_line"], 3)
+    if "load_end" in stamps and "ready" in stamps:
+        out["load_end_to_ready_s"] = round(stamps["ready"] - stamps["load_end"], 3)
+    m = re.search(r"TP0\] Emulator weight load: mode=(\w+), files=(\d+), bytes_read=(\d+), tensors=(\d+), "
+                  r"device_bytes=(\d+), elapsed=([\d.]+) s", text)
+    if m:
+        out["weight_load"] = {"mode": m.group(1), "files": int(m.group(2)), "bytes_read": int(m.group(3)),
+                              "tensors": int(m.group(4)), "device_bytes": int(m.group(5)),
+                              "elapsed_s": float(m.group(6))}
+    return out
+
+
 class Launch:
     def __init__(self, label: str, tp: int, env: Dict[str, str], model: str, extra: List[str]) -> None:
         self.label, self.port = label, free_port()
@@ -249,30 +276,7 @@ class Launch:
             return ""
 
     def phases(self) -> Dict[str, Any]:
-        """From the log's own (millisecond) timestamps: server start -> Load weight begin -> end
-        -> ready; plus the emulator's debug line of what the load did."""
-        stamps: Dict[str, float] = {}
-        for m in re.finditer(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)(?: (TP\d+))?\] ([^\r\n]*)", self.log_text()):
-            when = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S")) + float("0" + m.group(1)[19:])
-            text, rank = m.group(3), m.group(2)
-            stamps.setdefault("first_line", when)
-            for key, pat in (("load_begin", "Load weight begin"), ("load_end", "Load weight end"), ("ready", READY)):
-                if pat in text and (rank in (None, "TP0") or key == "ready"):
-                    stamps.setdefault(key, when)
-        out: Dict[str, Any] = {}
-        if "load_begin" in stamps and "load_end" in stamps:
-            out["load_s"] = round(stamps["load_end"] - stamps["load_begin"], 3)
-        if "first_line" in stamps and "load_begin" in stamps:
-            out["start_to_load_begin_s"] = round(stamps["load_begin"] - stamps["first_line"], 3)
-        if "load_end" in stamps and "ready" in stamps:
-            out["load_end_to_ready_s"] = round(stamps["ready"] - stamps["load_end"], 3)
-        m = re.search(r"TP0\] Emulator weight load: mode=(\w+), files=(\d+), bytes_read=(\d+), tensors=(\d+), "
-                      r"device_bytes=(\d+), elapsed=([\d.]+) s", self.log_text())
-        if m:
-            out["weight_load"] = {"mode": m.group(1), "files": int(m.group(2)), "bytes_read": int(m.group(3)),
-                                  "tensors": int(m.group(4)), "device_bytes": int(m.group(5)),
-                                  "elapsed_s": float(m.group(6))}
-        return out
+        return log_phases(self.log_text())
 
     def stop(self, deadline_s: float = 30) -> Dict[str, Any]:
         t0 = time.monotonic()

@@ -4,6 +4,9 @@
 #   bash tests/gpu/run.sh                  real GPUs: NVML (nvidia-ml-py) + nvidia-smi + torch
 #   GPU_DRYRUN=fake bash tests/gpu/run.sh  CPU rehearsal: tests/gpu/fake stands in for NVML/nvidia-smi
 #   GPU_DRYRUN=none bash tests/gpu/run.sh  no GPU backend at all: the GPU checks are SKIPped
+#   GPUVAL_PLAYBOOK_PREWARM=1 bash tests/gpu/run.sh
+#                                          only restart_extraction.yml with and without the prewarm
+#                                          over a 20 GiB checkpoint (tests/gpu/prewarm_playbook.py)
 #
 # 1. a controller venv (ansible-core from .whl/*.whl, offline) and an emulator venv that sees the
 #    system's torch (--system-site-packages) with the emulator installed as `sglang`;
@@ -151,6 +154,19 @@ if [ "$mode" = fake ]; then
 fi
 export GPU_DRYRUN="$mode"
 [ "$mode" = real ] && export GPU_DRYRUN=
+
+if [ "${GPUVAL_PLAYBOOK_PREWARM:-0}" = 1 ]; then
+  # restart_extraction.yml with and without the prewarm, the emulator loading real shards
+  # (tests/gpu/prewarm_playbook.py); instead of validate.py and the containment step
+  [ "$mode" = real ] || export PWP_GPU=0 PWP_EVICT=fadvise PWP_CKPT_GIB="${PWP_CKPT_GIB:-0.25}" PWP_SHARD_MIB="${PWP_SHARD_MIB:-64}"
+  say "prewarm_playbook.py"
+  set +e
+  timeout -k 10 "${GPUVAL_PWP_TIMEOUT:-3000}" "$ctl_py" -u tests/gpu/prewarm_playbook.py
+  rc=$?
+  set -e
+  say "prewarm_playbook.py exit $rc; results: $OUT/prewarm-playbook.md"
+  exit "$rc"
+fi
 
 say "validate.py (budget ${GPUVAL_BUDGET_S:-420} s)"
 # In the background so that a TERM/INT reaches this script at once: validate.py gets TERM (it
