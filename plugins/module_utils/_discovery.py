@@ -1,7 +1,8 @@
 """Running sglang servers: processes grouped into servers (main, ranks, detokenizer, ...).
 
-One /proc pass (`_procs.snapshot`); environments are read only for sglang processes, their
-relatives and python processes (the instance marker can only be there). A member is grouped
+One pass over the process table (`_procs.snapshot`: command lines only); the other fields, and
+environments, are read only for sglang processes, their relatives, python processes (the
+instance marker can only be there) and the processes below a main. A member is grouped
 with its main by ancestry, else by instance launch id, else by session/process group; one
 whose parent is not in its server (reparented to init or a subreaper) is `orphaned`, and
 members whose main is gone form a server with `main: null` (leftovers of a dead server).
@@ -204,12 +205,9 @@ def find_servers(procs: Optional[Dict[int, _procs.Proc]] = None, with_ports: boo
     procs = _procs.snapshot() if procs is None else procs
     reasons: Dict[int, str] = {}
     for pid, proc in procs.items():
-        if proc.is_zombie:  # gone already: holds no port, GPU memory or file
-            continue
-        reason = _procs.sglang_reason(proc)
-        if reason:
+        reason = _procs.sglang_reason(proc)  # the command line first: the state costs a read
+        if reason and not proc.is_zombie:    # a zombie is gone already: holds no port, GPU memory or file
             reasons[pid] = reason
-    kids = _procs.children_map(procs)
     # Environments: sglang processes, their parents (supervisor/launcher) and python processes.
     env_pids = set(reasons) | {procs[p].ppid for p in reasons if procs[p].ppid in procs}
     env_pids |= {pid for pid, proc in procs.items() if _is_python(proc)}
@@ -223,6 +221,7 @@ def find_servers(procs: Optional[Dict[int, _procs.Proc]] = None, with_ports: boo
     # Mains: command-line sglang processes whose parent is not one (`sglang serve` wrapper).
     mains = [pid for pid, r in reasons.items()
              if _is_cmdline_main(r) and not _is_cmdline_main(reasons.get(procs[pid].ppid))]
+    kids = _procs.subtree_map(mains, procs)
     servers: Dict[int, Server] = {}
     assigned: Dict[int, int] = {}
     for pid in sorted(mains):

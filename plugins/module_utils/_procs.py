@@ -6,9 +6,11 @@ fixes it when it lists a process (`Process.create_time()`, epoch seconds from th
 /proc/PID/stat), and `start_time` is that value rounded to the tick (0.01 s), as launch records
 store it.
 
-A table row reads the fields every caller looks at for every process when it is listed (parent,
-name, state, command line, group, session) and the rest on first use (uid, start time, the
-kernel-thread flag): the probe needs those for a handful of processes out of thousands.
+A table row reads only the command line when it is listed (what decides whether a process can
+be sglang at all) and the rest on first use: parent, name and state together (one psutil read,
+which also checks the pid against reuse), group and session, uid, start time, the kernel-thread
+flag. The probe and the launcher need those for a handful of processes out of thousands; a full
+psutil row for every process cost three reads of /proc/PID/stat each.
 
 Read from /proc by hand only what psutil has no API for, each said where it is done: the PID
 namespace, the PF_KTHREAD flag, and the raw fd links (device files, sockets, every holder).
@@ -36,8 +38,10 @@ MARKER_LAUNCH_ID = "LLMOPS_SGLANG_LAUNCH_ID"
 MARKER_STATE_DIR = "LLMOPS_SGLANG_STATE_DIR"
 
 _PF_KTHREAD = 0x00200000
+# psutil's reader of every process's parent in one pass (behind Process.children()); private.
+_ONE_PASS_PARENTS = "_ppid_map"
 _USERS: Dict[int, str] = {}
-# Only what every caller needs for every process (each attr costs psutil a read or a check).
+# A full row, for a single process (read_proc, children_of).
 _ATTRS = ["ppid", "name", "status", "cmdline"]
 # psutil's status names -> the state letters of ps(1) and /proc/PID/stat, which callers compare.
 _STATE = {"running": "R", "sleeping": "S", "disk-sleep": "D", "stopped": "T", "tracing-stop": "t",
@@ -88,22 +92,93 @@ class Proc:
 
 
 class _Row(Proc):
-    """A process as psutil listed it. uid, start_time and kthread are read on first use, through
-    the psutil handle taken with the row: its creation time was fixed when it was listed, so
-    `start_time` is the listed process's even if the pid has been reused since; the uid read of
-    a process that has exited since is -1 with state X (gone). Signals never trust a row: they
-    go through pidfds checked against `start_time` (_pidfd)."""
+    """A process as psutil listed it: the command line from the listing, the other fields read
+    on first use through the psutil handle taken with the row. Its creation time was fixed when
+    it was listed, so `start_time` is the listed process's even if the pid has been reused since;
+    parent, name and state come from psutil's ppid(), which checks the pid against reuse. A row
+    whose process has exited (or whose pid was reused) since the listing reads state X (gone),
+    uid -1, group and session 0. Signals never trust a row: they go through pidfds checked
+    against `start_time` (_pidfd)."""
 
-    # The dataclass __init__ would assign the lazy fields: this one sets the eager ones only.
+    # The dataclass __init__ would assign the lazy fields: this one sets the listed ones only.
     # pylint: disable=super-init-not-called
-    def __init__(self, handle: Any, ppid: int, pgid: int, sid: int, comm: str, state: str,
-                 cmdline: List[str]) -> None:
+    def __init__(self, handle: Any, cmdline: List[str], info: Optional[Dict[str, Any]] = None) -> None:
         self._handle = handle
+        self.pid, self.cmdline = handle.pid, cmdline
+        self._ppid: Optional[int] = None
+        self._comm: Optional[str] = None
+        self._state: Optional[str] = None
+        self._pgid: Optional[int] = None
+        self._sid: Optional[int] = None
         self._uid: Optional[int] = None
         self._start: Optional[float] = None
         self._kthread: Optional[bool] = None
-        self.pid, self.ppid, self.pgid, self.sid = handle.pid, ppid, pgid, sid
-        self.comm, self.state, self.cmdline = comm, state, cmdline
+        if info is not None:
+            self._set_stat(info)
+
+    def _set_stat(self, info: Dict[str, Any]) -> None:
+        self._ppid = int(info.get("ppid") or 0)
+        self._comm = info.get("name") or ""
+        self._state = _STATE.get(info.get("status") or "", "?")
+
+    def _read_stat(self) -> None:
+        if self._state is None:
+            try:
+                self._set_stat(self._handle.as_dict(attrs=["ppid", "name", "status"], ad_value=None))
+            except psutil.Error:   # exited, or its pid reused, since it was listed
+                self._ppid, self._comm, self._state = 0, "", "X"
+
+    def _read_group(self) -> None:
+        if self._pgid is None:
+            try:
+                self._pgid, self._sid = os.getpgid(self.pid), os.getsid(self.pid)  # syscalls: no psutil API needed
+            except OSError:   # exited since it was listed
+                self._pgid, self._sid = 0, 0
+
+    @property  # type: ignore[override]
+    def ppid(self) -> int:
+        self._read_stat()
+        return self._ppid  # type: ignore[return-value]
+
+    @ppid.setter
+    def ppid(self, value: int) -> None:
+        self._ppid = value
+
+    @property  # type: ignore[override]
+    def comm(self) -> str:
+        self._read_stat()
+        return self._comm  # type: ignore[return-value]
+
+    @comm.setter
+    def comm(self, value: str) -> None:
+        self._comm = value
+
+    @property  # type: ignore[override]
+    def state(self) -> str:
+        self._read_stat()
+        return self._state  # type: ignore[return-value]
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self._state = value
+
+    @property  # type: ignore[override]
+    def pgid(self) -> int:
+        self._read_group()
+        return self._pgid  # type: ignore[return-value]
+
+    @pgid.setter
+    def pgid(self, value: int) -> None:
+        self._pgid = value
+
+    @property  # type: ignore[override]
+    def sid(self) -> int:
+        self._read_group()
+        return self._sid  # type: ignore[return-value]
+
+    @sid.setter
+    def sid(self, value: int) -> None:
+        self._sid = value
 
     @property  # type: ignore[override]
     def uid(self) -> int:
@@ -111,7 +186,8 @@ class _Row(Proc):
             try:
                 self._uid = int(self._handle.uids().effective)
             except psutil.NoSuchProcess:      # exited since it was listed
-                self._uid, self.state = -1, "X"
+                self._read_stat()
+                self._uid, self._state = -1, "X"
             except psutil.Error:
                 self._uid = -1
         return self._uid
@@ -163,16 +239,32 @@ def _argv(raw: Optional[List[str]]) -> List[str]:
 
 
 def _row(handle: Any, info: Dict[str, Any]) -> Optional[Proc]:
-    """A table row from psutil's info for `handle`; None when the process is gone."""
+    """A full row from psutil's info for `handle` (read_proc, children_of); None when the
+    process is gone."""
     try:
         pgid, sid = os.getpgid(handle.pid), os.getsid(handle.pid)   # syscalls: no psutil API needed
     except OSError:
         return None
-    return _Row(handle, int(info.get("ppid") or 0), pgid, sid, info.get("name") or "",
-                _STATE.get(info.get("status") or "", "?"), _argv(info.get("cmdline")))
+    row = _Row(handle, _argv(info.get("cmdline")), info)
+    row.pgid, row.sid = pgid, sid
+    return row
 
 
-def _fresh_iter(attrs: List[str]) -> Iterator[Any]:
+def _listed(handle: Any) -> Optional[Proc]:
+    """A table row with the command line only ([] for a zombie or one not readable); None when
+    the process is gone."""
+    try:
+        cmdline = _argv(handle.cmdline())
+    except psutil.ZombieProcess:
+        cmdline = []
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied:
+        cmdline = []
+    return _Row(handle, cmdline)
+
+
+def _fresh_iter(attrs: Optional[List[str]]) -> Iterator[Any]:
     """psutil.process_iter over a cleared cache: psutil 6+ drops (for that pass) a cached entry
     whose pid was reused, so a process new since the last pass could be missed."""
     lib = require()
@@ -214,8 +306,8 @@ def pids() -> Iterator[int]:
 def snapshot() -> Dict[int, Proc]:
     """All processes visible now, keyed by pid."""
     out: Dict[int, Proc] = {}
-    for handle in _fresh_iter(_ATTRS):
-        proc = _row(handle, handle.info)
+    for handle in _fresh_iter(None):
+        proc = _listed(handle)
         if proc is not None:
             out[proc.pid] = proc
     return out
@@ -370,6 +462,50 @@ def children_map(procs: Dict[int, Proc]) -> Dict[int, List[int]]:
     for proc in procs.values():
         kids.setdefault(proc.ppid, []).append(proc.pid)
     return kids
+
+
+def subtree_map(roots: Iterable[int], procs: Dict[int, Proc]) -> Dict[int, List[int]]:
+    """children_map of the processes of `procs` below `roots` (and the roots themselves),
+    without reading every row's parent: for a listed table the parent links come from one pass
+    of psutil's own reader behind Process.children(), whatever the number of roots; rows built
+    by hand (no psutil handle) give them from every row's parent."""
+    roots = [r for r in roots if r in procs]
+    if not roots:
+        return {}
+    if any(getattr(procs[r], "_handle", None) is None for r in roots):
+        return children_map(procs)
+    below: Set[int] = set(roots)
+    stack = list(roots)
+    kids = _parent_links(roots, procs)
+    while stack:
+        for child in kids.get(stack.pop(), []):
+            if child not in below and child in procs:
+                below.add(child)
+                stack.append(child)
+    return children_map({pid: procs[pid] for pid in sorted(below)})
+
+
+def _parent_links(roots: List[int], procs: Dict[int, Proc]) -> Dict[int, List[int]]:
+    """ppid -> child pids, enough to walk down from `roots`: psutil's one-pass parent map (what
+    Process.children() reads; not a public name, hence the fallback), else each root's
+    children(recursive=True) (one such pass per root) with their parents from their rows."""
+    lib = require()
+    one_pass = getattr(lib, _ONE_PASS_PARENTS, None)
+    if callable(one_pass):
+        try:
+            kids: Dict[int, List[int]] = {}
+            for pid, ppid in sorted(one_pass().items()):
+                kids.setdefault(ppid, []).append(pid)
+            return kids
+        except (lib.Error, OSError, ValueError, IndexError):
+            pass
+    found: Set[int] = set()
+    for root in roots:
+        try:
+            found.update(child.pid for child in handle_of(procs[root]).children(recursive=True))
+        except (lib.Error, ValueError):   # the root has exited (or its pid was reused)
+            continue
+    return children_map({pid: procs[pid] for pid in sorted(found) if pid in procs})
 
 
 def descendants(pid: int, procs: Dict[int, Proc]) -> Set[int]:

@@ -1,0 +1,132 @@
+"""The probe's process table on a busy host: every process is listed with its command line only;
+parent, name, state, group, uid and environment are read only for processes that can be sglang
+(their command line or name says so, python processes for the instance marker, the processes
+below a main). Live processes of this test only (children started here, killed here); nothing is
+signalled by the code under test."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Dict, Iterator, List, Set
+
+import psutil
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _discovery, _probe, _procs
+
+SLEEPERS = 40
+
+
+@pytest.fixture
+def sleepers() -> Iterator[List[int]]:
+    """SLEEPERS idle `sleep` processes in one new process group (killed by that group)."""
+    script = "for i in $(seq %d); do sleep 600 & done; echo started; exec sleep 600" % SLEEPERS
+    group = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, start_new_session=True)
+    assert group.stdout is not None
+    group.stdout.readline()
+    try:
+        pids = [c.pid for c in psutil.Process(group.pid).children()] + [group.pid]
+        yield pids
+    finally:
+        os.killpg(group.pid, signal.SIGKILL)
+        group.wait()
+
+
+@pytest.fixture
+def fake_server(tmp_path) -> Iterator[Dict[str, int]]:
+    """`python -m sglang.launch_server` (a stand-in package in tmp_path) with a titled child
+    (`sglang::scheduler_TP0` as argv[0]) and a plain `sleep` grandchild below that child."""
+    pkg = tmp_path / "sglang"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text(textwrap.dedent("""
+        import os, subprocess, sys, time
+        child = subprocess.Popen(["bash", "-c", "exec -a sglang::scheduler_TP0 bash -c 'sleep 600 & wait'"])
+        print(child.pid, flush=True)
+        time.sleep(600)
+    """))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    main = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", "--port", "1"], stdout=subprocess.PIPE,
+                            env=env, start_new_session=True)
+    assert main.stdout is not None
+    child = int(main.stdout.readline())
+    deadline = time.monotonic() + 10
+    grandchild = []
+    while not grandchild and time.monotonic() < deadline:
+        grandchild = [p.pid for p in psutil.Process(child).children() if p.name() == "sleep"]
+        time.sleep(0.05)
+    assert grandchild, "the stand-in server's sleep did not start"
+    try:
+        yield {"main": main.pid, "child": child, "grandchild": grandchild[0]}
+    finally:
+        os.killpg(main.pid, signal.SIGKILL)
+        main.wait()
+
+
+def _count_row_reads(monkeypatch) -> Set[int]:
+    """The pids whose parent, name, state or uid psutil's platform layer (or getpgid) read."""
+    asked: Set[int] = set()
+    platform = psutil._psplatform.Process  # pylint: disable=protected-access
+    for name in ("ppid", "status", "uids", "name"):
+        real = getattr(platform, name)
+
+        def wrapper(self, *a, _real=real, **kw):
+            asked.add(self.pid)
+            return _real(self, *a, **kw)
+        monkeypatch.setattr(platform, name, wrapper)
+    real_getpgid = os.getpgid
+
+    def getpgid(pid: int) -> int:
+        asked.add(pid)
+        return real_getpgid(pid)
+    monkeypatch.setattr(os, "getpgid", getpgid)
+    return asked
+
+
+def test_probe_table_reads_only_the_command_line_of_other_processes(monkeypatch, sleepers):
+    asked = _count_row_reads(monkeypatch)
+    procs, _servers = _probe.processes()
+    assert set(sleepers) <= set(procs)
+    assert all(procs[pid].cmdline[:1] in (["sleep"], ["bash"]) for pid in sleepers)
+    read = sorted(set(sleepers) & asked)
+    assert read == [], "rows read in full for processes that cannot be sglang: %s" % read
+
+
+def test_a_live_servers_members_include_every_descendant(fake_server):
+    procs = _procs.snapshot()
+    servers = [s for s in _discovery.find_servers(procs, with_ports=False) if s.main is not None
+               and s.main.pid == fake_server["main"]]
+    assert len(servers) == 1
+    members = {m.proc.pid: m.role for m in servers[0].members}
+    assert members == {fake_server["main"]: "main", fake_server["child"]: "scheduler",
+                       fake_server["grandchild"]: "other"}
+    row = procs[fake_server["grandchild"]]
+    assert row.ppid == fake_server["child"] and row.comm == "sleep" and row.state == "S"
+    assert row.pgid == fake_server["main"] and row.sid == fake_server["main"] and row.uid == os.geteuid()
+
+
+def test_members_without_psutils_one_pass_parent_map(monkeypatch, fake_server):
+    """psutil's one-pass parent map is not a public name: without it each main's
+    children(recursive=True) gives the same members."""
+    monkeypatch.setattr(_procs, "_ONE_PASS_PARENTS", "_no_such_reader")
+    procs = _procs.snapshot()
+    servers = [s for s in _discovery.find_servers(procs, with_ports=False) if s.main is not None
+               and s.main.pid == fake_server["main"]]
+    assert len(servers) == 1
+    assert sorted(m.proc.pid for m in servers[0].members) == sorted(fake_server.values())
+
+
+def test_a_row_whose_process_exited_reads_as_gone():
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        procs = _procs.snapshot()
+    finally:
+        child.kill()
+        child.wait()
+    row = procs[child.pid]
+    assert row.cmdline == ["sleep", "600"]
+    assert row.state == "X" and row.is_zombie and row.uid == -1 and row.pgid == 0
