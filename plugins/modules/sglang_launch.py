@@ -59,6 +59,12 @@ requirements:
 version_added: "0.1.0"
 author:
   - llmops.sglang contributors (@llmops)
+extends_documentation_fragment:
+  - llmops.sglang.common.state_dir
+  - llmops.sglang.common.gpu_backend
+  - llmops.sglang.common.api_key
+  - llmops.sglang.common.python
+  - llmops.sglang.common.introspect_timeout
 options:
   name:
     description: Instance name; names the launch record, the lock, the log files and the marker.
@@ -66,12 +72,8 @@ options:
     default: sglang
   venv:
     description:
-      - Virtualenv holding sglang; its C(bin/python) runs the server. Mutually exclusive with O(python).
-    type: path
-  python:
-    description:
-      - Absolute path of the interpreter that runs the server (a bare name is refused). Mutually
-        exclusive with O(venv).
+      - Virtualenv holding sglang; its C(bin/python) runs the server. Exactly one of O(venv) and
+        O(python) (the interpreter that runs the server) is required.
     type: path
   search_paths:
     description:
@@ -118,16 +120,8 @@ options:
         markers). Values must be strings; quote YAML booleans.
     type: dict
     default: {}
-  api_key:
-    description: API key passed as C(--api-key); never stored or returned in clear.
-    type: str
   log_dir:
     description: Directory of the per-launch logs. Default C(<state_dir>/logs).
-    type: path
-  state_dir:
-    description:
-      - State directory (records, locks, TMPDIRs). Default C(/var/lib/llmops-sglang) as root,
-        else C(~/.local/state/llmops-sglang).
     type: path
   keep_logs:
     description: Per-launch log files of this instance to keep, the new one included.
@@ -142,20 +136,12 @@ options:
     description: Seconds to wait for another launch or teardown of the same instance.
     type: float
     default: 30
-  introspect_timeout:
-    description: Seconds allowed for reading the sglang CLI (imports sglang; cached per install).
-    type: float
-    default: 180
-  gpu_backend:
-    description: How GPUs are counted for the O(tp_size) check; V(none) skips it (a note, not a failure).
-    type: str
-    choices: [auto, nvml, nvidia-smi, none]
-    default: auto
   gpu_check:
     description:
       - Check that O(tp_size) GPUs are visible (after C(CUDA_VISIBLE_DEVICES) in O(env), whose
         entries must name GPUs of this host). V(false) only for emulators that oversubscribe
         GPUs on purpose (e.g. the GPU validation's tp 8 over 2 GPUs).
+      - GPUs are counted through O(gpu_backend); V(none) skips the check (a note, not a failure).
     type: bool
     default: true
   allow_log_level_warning:
@@ -429,377 +415,41 @@ interpreter_with_libraries:
 """
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _cliargs, _containment, _deps, _exit, _http, _launcher, _lock, _preflight, _procs, _record, _redact)
+    _containment, _deps, _exit, _launch_exec, _options, _preflight, _redact)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 
-class _NoLock:
-    """Check mode takes no lock: it must not create the state dir or wait on a running launch."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> bool:
-        return False
-
-
-def _fingerprint_interpreter(path: str) -> str:
-    """The venv's interpreter with its directory resolved. Not the file's realpath: every venv's
-    bin/python resolves to the same base interpreter, so that would hide a venv change."""
-    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-
-
-def _is_running(record: Optional[Dict[str, Any]]) -> bool:
-    if not record or not isinstance(record.get("pid"), int):
-        return False
-    return _procs.is_alive(record["pid"], record.get("start_time"))
-
-
-def _preflight_all(p: Dict[str, Any], dirs: Dict[str, str], check_mode: bool) -> Dict[str, Any]:
-    """Every check, in one pass; returns the validated values and the report."""
-    report = _preflight.Report()
-    state_dir = dirs["state_dir"]
-    port = _preflight.check_port_param(report, p["port"])
-    tp_size = _preflight.check_tp_size(report, p["tp_size"])
-    if p["keep_logs"] < 1:
-        report.fail("keep_logs", "keep_logs must be at least 1 (the new log), got %d" % p["keep_logs"])
-    env = _preflight.check_env(report, p["env"])
-    args = _preflight.check_args(report, p["args"])
-    _preflight.check_log_level(report, args, p["allow_log_level_warning"])
-    _preflight.check_dirs(report, {"state_dir": state_dir, "log_dir": dirs["log_dir"]})
-    full = _preflight.check_space(report, dirs, p["min_free_mb"], p["min_free_inodes"])
-    interp = _preflight.check_interpreter(report, p["venv"], p["python"], timeout=30)
-    entry, entry_argv, flags = None, [], None
-    if interp is not None:
-        if interp.error and interp.sglang_installed:
-            report.warn("interpreter", "interpreter %s reported: %s" % (interp.path, interp.error))
-        if _preflight.check_sglang(report, interp, p["search_paths"]):
-            entry, entry_argv = _preflight.choose_entrypoint(report, interp, p["entrypoint"])
-            cache = os.path.join(state_dir, "introspect-cache")
-            if (check_mode and not os.path.isdir(state_dir)) or "state_dir" in full:
-                cache = None  # nothing is created in a state dir that does not exist yet, or is full
-            flags = _preflight.check_flags(report, interp, args, cache, p["introspect_timeout"])
-        else:
-            report.skip("flags", "flags not checked: no sglang in %s" % interp.path)
-    else:
-        report.skip("sglang", "sglang not checked: no usable interpreter")
-    model_path = _preflight.check_model_path(report, p["model_path"])
-    if tp_size is not None:
-        _preflight.check_gpus(report, tp_size, p["gpu_backend"], env, args, p["gpu_check"])
-    return {"report": report, "port": port, "tp_size": tp_size, "env": env, "args": args,
-            "interp": interp, "entry": entry, "entry_argv": entry_argv, "flags": flags,
-            "model_path": model_path}
-
-
-def _holders_text(holders: List[Dict[str, Any]]) -> str:
-    """The port's other holders as diff lines: what a restart would stop."""
-    return "".join("# port holder: %s\n" % _preflight.describe_holder(h) for h in holders)
-
-
-def _diff(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]],
-          holders: List[Dict[str, Any]]) -> Dict[str, str]:
-    return {"before": _holders_text(holders) + _cliargs.inputs_text(before), "after": _cliargs.inputs_text(after),
-            "before_header": "running server", "after_header": "requested server"}
-
-
-class _Failed(Exception):
-    """A failure that carries the whole result built so far (preflight, holders, diff...)."""
-
-    def __init__(self, msg: str, result: Dict[str, Any]) -> None:
-        super().__init__(msg)
-        self.msg = msg
-        self.result = result
-
-
-def _fail(msg: str, result: Dict[str, Any], reason: Optional[str] = None) -> None:
-    if reason is not None:
-        result["reason"] = reason
-    result["decision"] = result.get("decision") or msg
-    raise _Failed(msg, result)
-
-
-def _run(module: AnsibleModule) -> Dict[str, Any]:
-    p = module.params
-    name = _record.validate_name(p["name"])
-    # Before anything is read or created: a backend that is not available fails the task here.
-    backend, why = _containment.choose(p["containment"])
-    state_dir = os.path.abspath(p["state_dir"] or _record.default_state_dir())
-    log_dir = os.path.abspath(p["log_dir"] or os.path.join(state_dir, "logs"))
-    dirs = {"state_dir": state_dir, "log_dir": log_dir, "tmpdir": _record.tmpdir_path(state_dir, name)}
-    api_key = p["api_key"] or None
-    result: Dict[str, Any] = {"changed": False, "reason": None, "decision": None, "pid": None,
-                              "log_path": None, "port_holder": [], "blockers": [],
-                              "containment": {"backend": backend, "why": why, "cgroup": None, "unit": None}}
-    pf = _preflight_all(p, dirs, module.check_mode)
-    report: _preflight.Report = pf["report"]
-    result["preflight"] = report.to_dict()
-    interp = pf["interp"]
-    if interp is not None:
-        result["interpreter"] = interp.to_dict()
-    argv: List[str] = []
-    redacted = None
-    fp = None
-    if pf["entry"] and pf["port"] is not None and pf["tp_size"] is not None:
-        argv = _cliargs.server_argv(pf["entry_argv"], pf["model_path"], p["host"], pf["port"], pf["tp_size"],
-                                    pf["args"], api_key, pf["flags"])
-        hashed, redacted = _cliargs.fingerprint_inputs(
-            _fingerprint_interpreter(interp.path), interp.sglang_version or "", pf["entry"], pf["model_path"],
-            p["host"], pf["port"], pf["tp_size"], pf["args"], pf["env"], api_key)
-        fp = _cliargs.fingerprint(hashed)
-        extra = _cliargs.secret_arg_flags(pf["args"])
-        result.update(fingerprint=fp, fingerprint_inputs=redacted, argv=_redact.redact_argv(argv, extra))
-    secrets = _cliargs.argv_secrets(api_key, pf["args"], pf["env"])
-
-    # Check mode and a failed preflight act on nothing: no lock (which would create the state dir).
-    locked = not module.check_mode and not report.errors
-    ctx = {"name": name, "state_dir": state_dir, "log_dir": log_dir, "interp": interp, "argv": argv,
-           "pf": pf, "secrets": secrets, "host": p["host"], "keep_logs": p["keep_logs"],
-           "probe_timeout": p["probe_timeout"], "spawn_timeout": p["spawn_timeout"],
-           "containment": backend, "containment_why": why}
-    try:
-        with (_lock.instance_lock(state_dir, name, p["lock_timeout"]) if locked else _NoLock()):
-            return _plan(module, p, result, report, pf, fp, redacted, ctx)
-    except SglangError as exc:
-        # The reason comes from where it was raised (locked, died, spawn_failed, unsafe_dir...);
-        # the result so far (preflight, interpreter, fingerprint) goes with it.
-        details = dict(exc.details)
-        result["reason"] = details.pop("reason", None) or "error"
-        result.update(details)
-        raise _Failed(exc.msg, result)
-
-
-def _plan(module: AnsibleModule, p: Dict[str, Any], result: Dict[str, Any], report: _preflight.Report,
-          pf: Dict[str, Any], fp: Optional[str], redacted: Optional[Dict[str, Any]],
-          ctx: Dict[str, Any]) -> Dict[str, Any]:
-    """Under the lock: the record, the port and its holders, then the decision."""
-    record = _record.read_record(ctx["state_dir"], ctx["name"]) if os.path.isdir(ctx["state_dir"]) else None
-    running = _is_running(record)
-    port_state, holders = "free", []
-    if pf["port"] is not None:
-        port_report = _preflight.Report()
-        port_state, holders = _preflight.check_port(port_report, p["host"], pf["port"],
-                                                    record if running else None, running)
-        report.checks.extend(port_report.checks)
-        report.warnings.extend(port_report.warnings)
-        # A foreign holder fails the preflight on its own (naming it once); a busy port alone
-        # is the port_busy decision below, named with the other failures when there are some.
-        refused = _preflight.check_foreign_holders(report, pf["port"], holders, p["foreign_port_holders"])
-        if report.errors and not refused:
-            report.errors.extend(e for e in port_report.errors if e not in report.errors)
-        result["port_holder"] = [h for h in holders if not h.get("instance")]
-    result["preflight"] = report.to_dict()
-    if module._diff:
-        before = record.get("fingerprint_inputs") if (record and running) else None
-        result["diff"] = _diff(before, redacted, result["port_holder"])
-    if report.errors:
-        _fail("preflight failed: " + "; ".join(report.errors), result, report.reason())
-    return _decide(module, result, record, running, port_state, holders, fp, redacted, ctx)
-
-
-def _unresponsive(record: Dict[str, Any], host: str, port_state: str, timeout: float) -> Optional[Dict[str, Any]]:
-    """The probe of a running server that holds its port, when it does not answer HTTP within
-    `timeout` (a hung or stopped server); None when it answers or is not listening yet."""
-    if port_state != "instance" or not isinstance(record.get("port"), int):
-        return None
-    probe = _http.answers(host, record["port"], timeout)
-    if probe["answered"]:
-        return None
-    proc = _procs.read_proc(record["pid"])
-    probe["state"] = proc.state if proc else None
-    return probe
-
-
-def _decide(module: AnsibleModule, result: Dict[str, Any], record: Optional[Dict[str, Any]], running: bool,
-            port_state: str, holders: List[Dict[str, Any]], fp: str, redacted: Dict[str, Any],
-            ctx: Dict[str, Any]) -> Dict[str, Any]:
-    """running and answering -> nothing; changed config or hung -> report (check) or fail; else launch."""
-    others = [h for h in holders if not h.get("instance")]
-    if running:
-        before = record.get("fingerprint_inputs")
-        result.update(pid=record.get("pid"), log_path=record.get("log_path"), record=record,
-                      containment=_record_containment(record))
-        if others:
-            result["blockers"].append("port %s is also held by %s" % (redacted["port"], _preflight.describe_holders(others)))
-        if record.get("fingerprint") == fp:
-            probe = _unresponsive(record, ctx["host"], port_state, ctx["probe_timeout"])
-            if probe is None:
-                result["reason"] = "running"
-                result["decision"] = "instance %r is running (pid %s) with the requested configuration: nothing to do" % (
-                    ctx["name"], record.get("pid"))
-                if others:
-                    result["preflight"]["warnings"].append(
-                        "instance %r is running but port %s is also held by %s" % (
-                            ctx["name"], record.get("port"), _preflight.describe_holders(others)))
-                return result
-            result["probe"] = probe
-            stopped = ", stopped (state T)" if probe.get("state") == "T" else ""
-            result["reason"] = "unresponsive"
-            result["decision"] = ("instance %r (pid %s%s) runs the requested configuration but did not answer %s "
-                                  "within %s s: it must be replaced" % (
-                                      ctx["name"], record.get("pid"), stopped, probe["endpoint"], _num(probe["timeout"])))
-            if module.check_mode:
-                result["changed"] = True
-                return result
-            _fail(result["decision"] + "; stop it first with sglang_teardown - sglang_launch never stops a server",
-                  result)
-        changes = _cliargs.diff_inputs(before, redacted)
-        result.update(reason="config_changed", changes=changes)
-        summary = ", ".join("%s: %r -> %r" % (c["key"], c["before"], c["after"]) for c in changes)
-        result["decision"] = "instance %r is running (pid %s) with another configuration (%s)" % (
-            ctx["name"], record.get("pid"), summary)
-        if module.check_mode:
-            result["changed"] = True
-            return result
-        _fail(result["decision"] + "; stop it first with sglang_teardown - sglang_launch never stops a server",
-              result)
-    result["reason"] = "not_running" if record else "new"
-    if port_state == "busy":
-        holder_text = _preflight.describe_holders(others)
-        result["blockers"].append("port %s on %s is held by %s" % (redacted["port"], ctx["host"], holder_text))
-        result["reason"] = "port_busy"
-        result["decision"] = "port %s on %s is held by %s" % (redacted["port"], ctx["host"], holder_text)
-        if module.check_mode:
-            result["changed"] = True
-            return result
-        _fail("%s; sglang_launch never stops a process - run sglang_teardown with ports: [%s] or choose "
-              "another port" % (result["decision"], redacted["port"]), result)
-    problem = _containment.launch_problem(ctx["name"], ctx["containment"])
-    if problem:
-        result["blockers"].append(problem)
-        result["reason"] = "cgroup_busy"
-        result["decision"] = problem
-        if module.check_mode:
-            result["changed"] = True
-            return result
-        _fail(problem + "; stop it first with sglang_teardown", result)
-    result["changed"] = True
-    result["decision"] = "%s: a server %s started" % (
-        "no launch record" if not record else "the recorded server is gone",
-        "would be" if module.check_mode else "was")
-    if module.check_mode:
-        return result
-    launched = _launch(ctx, fp, redacted)
-    result.update(pid=launched["pid"], log_path=launched["log_path"], record=launched,
-                  containment=_record_containment(launched))
-    return result
-
-
-def _record_containment(record: Dict[str, Any]) -> Dict[str, Any]:
-    """The containment a record says its launch has (a record from before containment: none)."""
-    backend = record.get("containment") or "none"
-    why = record.get("containment_why")
-    if "containment" not in record:
-        why = "the launch record predates containment (record version %s): its server is found by the " \
-              "launch record, session, marker and titles" % record.get("record_version", 1)
-    return {"backend": backend, "why": why, "cgroup": record.get("cgroup"), "unit": record.get("unit")}
-
-
-def _num(value: float) -> str:
-    return ("%d" % value) if float(value).is_integer() else ("%g" % value)
-
-
-def _launch(ctx: Dict[str, Any], fp: str, redacted: Dict[str, Any]) -> Dict[str, Any]:
-    """Start the server; the launcher writes the record, complete from its first write (so
-    there is never a server without a record) with these fields of the module's."""
-    pf, interp = ctx["pf"], ctx["interp"]
-    fields = {
-        "interpreter": interp.path, "venv": interp.venv, "sglang_version": interp.sglang_version,
-        "entrypoint": pf["entry"], "fingerprint": fp, "fingerprint_inputs": redacted,
-        "host": ctx["host"], "port": pf["port"], "tp_size": pf["tp_size"],
-        "nnodes": _int(pf["args"].get("--nnodes"), 1), "node_rank": _int(pf["args"].get("--node-rank"), 0),
-        "expect": _cliargs.expected_server_info(pf["model_path"], pf["tp_size"], pf["port"], pf["args"]),
-    }
-    spec = _launcher.LaunchSpec(
-        name=ctx["name"], state_dir=ctx["state_dir"], log_dir=ctx["log_dir"], python=interp.path,
-        venv=interp.venv if interp.is_venv else None, argv=ctx["argv"], env=pf["env"],
-        keep_logs=ctx["keep_logs"], secrets=ctx["secrets"],
-        extra_secret_flags=_cliargs.secret_arg_flags(pf["args"]), spawn_timeout=ctx["spawn_timeout"],
-        record_fields=fields, containment=ctx["containment"], containment_why=ctx["containment_why"])
-    return _launcher.spawn(spec)
-
-
-def _int(value: Any, default: int) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _secret_values(value: Any) -> List[str]:
-    if isinstance(value, (list, tuple)):
-        return [s for item in value for s in _secret_values(item)]
-    if isinstance(value, dict):
-        return [s for item in value.values() for s in _secret_values(item)]
-    return [str(value)] if value not in (None, True, False, "") else []
-
-
-def _param_secrets(p: Dict[str, Any]) -> List[str]:
-    """Every literal secret among the parameters: the api key, secret-looking env values and
-    secret flags in `args`."""
-    values = [p.get("api_key")]
-    values += [v for k, v in (p.get("env") or {}).items() if _redact.is_secret_env(str(k))]
-    values += [v for k, v in (p.get("args") or {}).items() if _cliargs.is_secret_arg(str(k))]
-    return [text for value in values for text in _secret_values(value)]
-
-
-def _register_secrets(module: AnsibleModule) -> None:
-    """Secret env values (HF_TOKEN, *_PASSWORD...) and secret flags in `args` get Ansible's own
-    no_log masking, so they never show in `invocation`, messages or -vvv output."""
-    for text in _param_secrets(module.params):
-        if len(text) >= 8:  # shorter values would mask unrelated text (paths) in results
-            module.no_log_values.add(text)
-
-
-def operator_warnings(preflight: Dict[str, Any], p: Dict[str, Any]) -> List[str]:
-    """What the operator must see without -v: every preflight warning, GPUs that could not be
-    read (so tp_size went unchecked) unless the check was turned off, a hub id model path."""
-    out = list(preflight.get("warnings") or [])
-    gpus_wanted = p.get("gpu_check", True) and p.get("gpu_backend") != "none"
-    for check in preflight.get("checks") or []:
-        if check.get("status") != "note":
-            continue
-        msg = str(check.get("msg") or "")
-        if check.get("name") == "gpus" and gpus_wanted and msg.startswith("GPUs not checked"):
-            out.append("%s: tp_size %s was not checked against the GPUs" % (msg, p.get("tp_size")))
-        elif check.get("name") == "model_path" and "hub id" in msg:
-            out.append(msg)
-    return out
-
-
-def _warn(module: AnsibleModule, result: Dict[str, Any], secrets: List[str]) -> None:
-    for text in operator_warnings(result.get("preflight") or {}, module.params):
+def _warn(module: AnsibleModule, result: Dict[str, Any]) -> None:
+    """What the operator must see without -v, from the result or the failure alike."""
+    secrets = _launch_exec.param_secrets(module.params)
+    for text in _launch_exec.operator_warnings(result.get("preflight") or {}, module.params):
         module.warn(_redact.redact_text(text, secrets))
 
 
 def _body(module: AnsibleModule) -> Dict[str, Any]:
-    """The module's work; every result and failure leaves through the same redaction."""
-    secrets = _param_secrets(module.params)
+    """Preflight, decide (_launch_plan), act (_launch_exec); _exit.run redacts what leaves."""
+    if not os.path.isdir("/proc/self"):
+        raise SglangError("sglang_launch needs Linux /proc", reason="unsupported")
     try:
-        if not os.path.isdir("/proc/self"):
-            raise SglangError("sglang_launch needs Linux /proc", reason="unsupported")
-        result = _run(module)
-        _warn(module, result, secrets)
-        return _redact.redact_result(result, secrets)
-    except _Failed as exc:
-        _warn(module, exc.result, secrets)
-        details = _redact.redact_result(exc.result, secrets)
-        details.pop("msg", None)
-        raise SglangError(exc.msg, **details)
-    except SglangError as exc:  # before the plan (a bad name): its reason is kept
-        raise SglangError(exc.msg, **_redact.redact_result(exc.details, secrets))
+        result = _launch_exec.run(module.params, module.check_mode, module._diff)
+    except SglangError as exc:
+        _warn(module, exc.details)
+        raise
+    _warn(module, result)
+    return result
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
+        argument_spec=_options.merged(
+            _options.STATE_DIR, _options.GPU_BACKEND, _options.API_KEY, _options.PYTHON, _options.INTROSPECT_TIMEOUT,
             name=dict(type="str", default="sglang"),
             venv=dict(type="path"),
-            python=dict(type="path"),
             search_paths=dict(type="list", elements="path"),
             entrypoint=dict(type="str", default="auto", choices=list(_preflight.ENTRYPOINTS)),
             model_path=dict(type="str", required=True),
@@ -808,14 +458,10 @@ def main() -> None:
             tp_size=dict(type="raw", default=1),
             args=dict(type="dict", default={}),
             env=dict(type="dict", default={}),
-            api_key=dict(type="str", no_log=True),
             log_dir=dict(type="path"),
-            state_dir=dict(type="path"),
             keep_logs=dict(type="int", default=5),
             state=dict(type="str", default="started", choices=["started"]),
             lock_timeout=dict(type="float", default=30),
-            introspect_timeout=dict(type="float", default=180),
-            gpu_backend=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia-smi", "none"]),
             gpu_check=dict(type="bool", default=True),
             allow_log_level_warning=dict(type="bool", default=False),
             foreign_port_holders=dict(type="str", default="fail", choices=list(_preflight.FOREIGN_POLICIES)),
@@ -829,9 +475,13 @@ def main() -> None:
         required_one_of=[("venv", "python")],
         supports_check_mode=True,
     )
-    _register_secrets(module)
+    # Secret env values (HF_TOKEN, *_PASSWORD...) and secret flags in `args` get Ansible's own
+    # no_log masking, so they never show in `invocation`, messages or -vvv output; shorter values
+    # would mask unrelated text (paths).
+    secrets = _launch_exec.param_secrets(module.params)
+    module.no_log_values.update(text for text in secrets if len(text) >= 8)
     _deps.require(module)
-    _exit.run(module, _body, "sglang_launch", _param_secrets(module.params))
+    _exit.run(module, _body, "sglang_launch", secrets)
 
 
 if __name__ == "__main__":

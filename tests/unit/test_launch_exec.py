@@ -1,0 +1,61 @@
+"""sglang_launch's executor in-process: a failed preflight acts on nothing (no lock, no state dir)
+and fails with the whole result so far and the reason the preflight set."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict
+
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _launch_exec
+from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+
+def params(tmp_path, **kw: Any) -> Dict[str, Any]:
+    """The module's parameters with its defaults (argument_spec in plugins/modules/sglang_launch.py)."""
+    p: Dict[str, Any] = dict(
+        name="unit", venv=None, python=None, search_paths=None, entrypoint="auto", model_path="org/model",
+        host="127.0.0.1", port=30000, tp_size=1, args={}, env={}, api_key=None, log_dir=None,
+        state_dir=str(tmp_path / "state"), keep_logs=5, state="started", lock_timeout=30.0,
+        introspect_timeout=180.0, gpu_backend="none", gpu_check=True, allow_log_level_warning=False,
+        foreign_port_holders="fail", min_free_mb=0.0, min_free_inodes=0, probe_timeout=5.0, spawn_timeout=30.0,
+        containment="none")
+    p.update(kw)
+    return p
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_failed_preflight_fails_with_the_result_and_creates_nothing(tmp_path, check_mode):
+    p = params(tmp_path, venv="relative/venv", port="not-a-port", keep_logs=0)
+    with pytest.raises(SglangError) as caught:
+        _launch_exec.run(p, check_mode=check_mode, diff=True)
+    exc = caught.value
+    assert exc.msg.startswith("preflight failed: ") and exc.details["reason"] == "preflight_failed"
+    errors = exc.details["preflight"]["errors"]
+    assert len(errors) == 3 and all(e in exc.msg for e in errors)
+    assert exc.details["decision"] == exc.msg and exc.details["changed"] is False
+    assert exc.details["port_holder"] == [] and exc.details["blockers"] == []
+    assert exc.details["diff"]["before"] == exc.details["diff"]["after"] == ""
+    assert exc.details["containment"]["backend"] == "none"
+    assert not os.path.exists(p["state_dir"])  # no lock taken, nothing created
+
+
+def test_a_bad_name_fails_before_any_check_with_its_own_reason(tmp_path):
+    with pytest.raises(SglangError) as caught:
+        _launch_exec.run(params(tmp_path, name="../etc"), check_mode=True, diff=False)
+    assert caught.value.details.get("reason") == "bad_name" and "preflight" not in caught.value.details
+
+
+def test_param_secrets_and_operator_warnings():
+    p = {"api_key": "sk-1234567890", "env": {"HF_TOKEN": "hf_abc", "PATH": "/bin"},
+         "args": {"api-key": "x", "hf-token": ["pw1", "pw2"], "port": 1}, "gpu_backend": "auto",
+         "tp_size": 2}
+    assert sorted(_launch_exec.param_secrets(p)) == sorted(["sk-1234567890", "hf_abc", "pw1", "pw2", "x"])
+    report = {"warnings": ["log level hides the ready line"],
+              "checks": [{"name": "gpus", "status": "note", "msg": "GPUs not checked: no NVML"},
+                         {"name": "model_path", "status": "note", "msg": "org/model is taken for a hub id"},
+                         {"name": "env", "status": "note", "msg": "GPUs not checked elsewhere"}]}
+    assert _launch_exec.operator_warnings(report, p) == [
+        "log level hides the ready line", "GPUs not checked: no NVML: tp_size 2 was not checked against the GPUs",
+        "org/model is taken for a hub id"]
+    assert len(_launch_exec.operator_warnings(report, dict(p, gpu_backend="none"))) == 2
