@@ -307,3 +307,17 @@ class LogAnalyzer:
         self._benign_message = bool(state.get("benign_message"))
         self._benign_traceback = bool(state.get("benign_traceback"))
         self._traceback_at = state.get("traceback_at")
+
+
+def for_launch(ready: Sequence[str], fatal: Sequence[str], benign: Sequence[str], port: Optional[int],
+               launched_at: float, node_rank: int) -> LogAnalyzer:
+    """The analyzer of one launch's log from the operator's pattern lists (a bad regex is an
+    SglangError naming its option). Ranks >= 1 never print the ready line: their signal is the
+    dummy health server line (plus the operator's own ready patterns)."""
+    ready_src = list(ready)
+    if node_rank >= 1:
+        ready_src = list(lp.DUMMY_HEALTH_PATTERNS) + [p for p in ready if p not in lp.READY_PATTERNS]
+    return LogAnalyzer(lp.compile_patterns(ready_src, "ready_patterns"),
+                       lp.compile_patterns(fatal, "fatal_patterns"), port, launched_at,
+                       lp.NODE_READY_PHASE if node_rank >= 1 else lp.READY_PHASE,
+                       benign=lp.compile_patterns(benign, "benign_patterns"))

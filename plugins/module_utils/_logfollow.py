@@ -271,9 +271,6 @@ class LogFollower:
         rest, self._partial = self._partial, b""
         return [seg for seg in rest.split(b"\r") if seg]
 
-    def _flush(self) -> List[str]:
-        return [line.decode("utf-8", "replace") for line in self._flush_bytes()]
-
     # -- resuming in another process (a sliced wait) -------------------------------------------
     def pending_text(self) -> str:
         """The text read after the last line end: the redraw a tqdm bar shows right now. For

@@ -124,8 +124,10 @@ PHASE_MEANING = {
     NODE_READY_PHASE: "dummy health server started (node_rank >= 1)",
 }
 
-# Log levels that hide INFO lines (the ready line and uvicorn's `Uvicorn running on`).
-_QUIET_LEVELS = ("warning", "warn", "error", "critical", "fatal")
+# The one list of log levels that hide INFO lines (the ready line and uvicorn's `Uvicorn running
+# on`): Python logging's names above INFO and their aliases (warn, fatal); uvicorn's are a subset.
+QUIET_LEVELS = ("warning", "warn", "error", "critical", "fatal")
+LOG_LEVEL_FLAGS = ("--log-level", "--log-level-http")
 
 
 def compile_patterns(patterns: Iterable[str], what: str) -> List[Pattern[str]]:
@@ -150,6 +152,11 @@ def first_match(line: str, patterns: Sequence[Pattern[str]]) -> Optional[str]:
     return None
 
 
+def is_quiet_level(level: object) -> bool:
+    """Is the log level too quiet to show INFO lines (the ready line)? Case and spaces ignored."""
+    return isinstance(level, str) and level.strip().lower() in QUIET_LEVELS
+
+
 def _flag_value(argv: Sequence[str], flag: str) -> Optional[str]:
     """Last value of `--flag V` or `--flag=V` (argparse: the last one wins)."""
     value: Optional[str] = None
@@ -166,6 +173,18 @@ def quiet_log_levels(argv: Sequence[str]) -> Tuple[Optional[str], Optional[str]]
 
     sglang passes `--log-level-http` (default: `--log-level`) to uvicorn, so a quiet server
     level also hides `Uvicorn running on` unless the HTTP level is set back to info."""
-    level = (_flag_value(argv, "--log-level") or "info").lower()
-    http = (_flag_value(argv, "--log-level-http") or level).lower()
-    return (level if level in _QUIET_LEVELS else None, http if http in _QUIET_LEVELS else None)
+    level = (_flag_value(argv, "--log-level") or "info").strip().lower()
+    http = (_flag_value(argv, "--log-level-http") or level).strip().lower()
+    return (level if is_quiet_level(level) else None, http if is_quiet_level(http) else None)
+
+
+def log_level_argv(argv: Sequence[str]) -> List[str]:
+    """Only the log-level flags of an argv (all `quiet_log_levels` reads): what a sliced wait
+    carries from slice to slice instead of an argv with secrets in it."""
+    out: List[str] = []
+    for i, arg in enumerate(argv):
+        if arg in LOG_LEVEL_FLAGS and i + 1 < len(argv):
+            out += [arg, argv[i + 1]]
+        elif arg.startswith(tuple(flag + "=" for flag in LOG_LEVEL_FLAGS)):
+            out.append(arg)
+    return out

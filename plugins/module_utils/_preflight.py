@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _cliargs, _gpus, _interpreter, _introspect, _ports, _procs, _record, _redact)
+    _cliargs, _gpus, _interpreter, _introspect, _portowner, _ports, _procs, _record, _redact)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 ENTRYPOINTS = ("auto", "launch_server", "serve")
@@ -318,46 +318,23 @@ def _int_or(value: Any, default: int) -> int:
         return default
 
 
-def instance_pids(record: Optional[Mapping[str, Any]]) -> Set[int]:
-    """The live processes of a recorded launch: supervisor, server and their descendants."""
-    if not record:
-        return set()
-    procs = _procs.snapshot()
-    roots = [p for p in (record.get("supervisor_pid"), record.get("pid")) if isinstance(p, int) and p in procs]
-    out = set(roots)
-    for root in roots:
-        out |= _procs.descendants(root, procs)
-    return out
-
-
-def _is_instance_pid(pid: int, members: Set[int], launch_id: Optional[str]) -> bool:
-    if pid in members:
-        return True
-    marker = _procs.marker_of(pid)  # reparented workers keep the marker in their environment
-    return bool(marker and launch_id and marker.get(_procs.MARKER_LAUNCH_ID) == launch_id)
-
-
 FOREIGN_POLICIES = ("fail", "kill")
 
 
-def other_pid_namespace(pid: int) -> bool:
-    """Does `pid` live in another PID namespace than this module (a container's process)?"""
-    theirs = _procs.pid_namespace(pid)
-    return theirs is not None and theirs != _procs.own_pid_namespace()
+other_pid_namespace = _portowner.other_pid_namespace
 
 
-def _holder_kind(pid: int, members: Set[int], launch_id: Optional[str]) -> Tuple[bool, Optional[str]]:
+def _holder_kind(pid: int, ident: Optional[_portowner.LaunchIdentity]) -> Tuple[bool, Optional[str]]:
     """(this instance?, why it is an sglang server process of the module's user, or None).
+    The instance is judged by the one ownership rule that sglang_ready uses (_portowner).
     Another user's process, or one in another PID namespace (a container), never counts as
     sglang here: a restart's teardown would not (and must not) stop it, and its command line
     proves nothing."""
-    if pid in members:
+    if ident is not None and _portowner.ownership(pid, ident) is not None:
         return True, "this instance"
     proc = _procs.read_proc(pid)
     if proc is None or proc.uid != os.geteuid() or other_pid_namespace(pid):
-        return False, None  # a copied launch marker proves nothing either
-    if _is_instance_pid(pid, members, launch_id):
-        return True, "this instance"
+        return False, None
     why = _procs.sglang_reason(proc)
     if why is None:
         marker = _procs.marker_of(pid) or {}
@@ -370,8 +347,7 @@ def port_holders(port: int, record: Optional[Mapping[str, Any]] = None) -> List[
     """Every process listening on `port` (any address), described with secrets masked and
     labelled: `instance` (the recorded launch), `sglang` (why it is an sglang server of this
     user) and `foreign` (neither: a restart must not stop it unless told to)."""
-    members = instance_pids(record)
-    launch_id = record.get("launch_id") if record else None
+    ident = _portowner.LaunchIdentity.from_record(record) if record else None
     holders = []
     for listener in _ports.listeners([port]):
         if not listener.pids:
@@ -380,7 +356,7 @@ def port_holders(port: int, record: Optional[Mapping[str, Any]] = None) -> List[
                             "note": "owner not visible (another user's process)"})
         for pid in listener.pids:
             proc = _procs.read_proc(pid)
-            ours, why = _holder_kind(pid, members, launch_id)
+            ours, why = _holder_kind(pid, ident)
             holder = {"pid": pid, "user": proc.user if proc else None,
                       "cmdline": _redact.mask_cmdline(proc.cmdline) if proc else [],
                       "address": listener.address, "instance": ours, "sglang": why, "foreign": why is None}

@@ -13,26 +13,34 @@ A server that already holds its port when the check begins (a re-check) is judge
 owner, /server_info and health; its log only adds the ready line if it still has it (rotation,
 truncation and deletion are no failure), and its old lines are never scanned.
 
-Each poll is cheap (new log bytes, one /proc/<pid>/stat read, /proc/net/tcp only when needed),
-so a dead launch is reported within about one poll interval, with the lines that explain it.
+Each poll is cheap (new log bytes, one liveness read, the kernel's socket table when the port
+matters; the processes holding the port are named by one scan, reused while the same sockets
+listen), so a dead launch is reported within about one poll interval, with the lines that
+explain it.
+
+This file is the wait's state machine. Its parts: the launch and how it ended
+(_readiness_instance), the configuration check (_readiness_expect), who owns the port
+(_portowner, the rule the launch preflight uses too), the log (_logfollow reads it,
+_loganalysis judges each line with the patterns of _logpatterns).
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _http, _logpatterns as lp
-from ansible_collections.llmops.sglang.plugins.module_utils import _ports, _procs, _record, _redact
+from ansible_collections.llmops.sglang.plugins.module_utils import _http, _loganalysis, _logpatterns as lp
+from ansible_collections.llmops.sglang.plugins.module_utils import _portowner, _ports, _procs, _redact
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._logfollow import LogFollower
-from ansible_collections.llmops.sglang.plugins.module_utils._loganalysis import LogAnalyzer
+from ansible_collections.llmops.sglang.plugins.module_utils._portowner import PortOwners
 from ansible_collections.llmops.sglang.plugins.module_utils._progress import ProgressTracker
+from ansible_collections.llmops.sglang.plugins.module_utils._readiness_expect import compare_expected, mismatch_table
+from ansible_collections.llmops.sglang.plugins.module_utils._readiness_instance import (
+    Instance, ago, exit_text, instance_from_record, read_exit_status)
 
 HEALTH_CHOICES = ("none", "health", "health_generate")
 FATAL_SETTLE_S = 1.0  # after a decisive line, read this long for the rest of the traceback
-EXIT_FILE_WAIT_S = 1.0  # the supervising parent writes the exit file just after the exit
 LOG_MISSING_GRACE_S = 5.0
 VERIFY_EVERY_S = 0.5  # HTTP/identity checks need not run at the log cadence
 STALE_CHECK_EVERY_S = 1.0
@@ -45,80 +53,7 @@ HEAD_BYTES = 4 * 1024 * 1024  # a running server's startup is read up to its rea
 DEAD_TAIL_BYTES = 256 * 1024  # a server found dead: its last lines explain the exit
 
 
-# --- inputs --------------------------------------------------------------------------------
-
-@dataclass
-class Instance:
-    """The launch being judged, from its launch record (docs/conventions.md)."""
-    name: str
-    pid: int
-    start_time: Optional[float]
-    pgid: Optional[int]
-    sid: Optional[int]
-    launch_id: Optional[str]
-    log_path: str
-    log_offset: int
-    host: str
-    port: Optional[int]
-    argv: List[str]
-    exit_path: Optional[str]
-    launched_at: Optional[float]
-    node_rank: int
-    expect: Dict[str, Any]
-    supervisor_pid: Optional[int] = None
-    supervisor_start_time: Optional[float] = None
-
-
-def _opt_int(record: Dict[str, Any], key: str) -> Optional[int]:
-    value = record.get(key)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise SglangError("launch record field %s=%r is not an integer" % (key, value),
-                          reason="record_invalid")
-
-
-def _opt_float(record: Dict[str, Any], key: str) -> Optional[float]:
-    value = record.get(key)
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        raise SglangError("launch record field %s=%r is not a number" % (key, value),
-                          reason="record_invalid")
-
-
-def instance_from_record(record: Dict[str, Any]) -> Instance:
-    """Validate the fields readiness needs; a precise error names the first bad one."""
-    pid = _opt_int(record, "pid")
-    if not pid or pid <= 0:
-        raise SglangError("the launch record has no pid: nothing was launched, or the record is "
-                          "not a launch record", reason="record_invalid")
-    log_path = record.get("log_path")
-    if not isinstance(log_path, str) or not log_path:
-        raise SglangError("the launch record has no log_path", reason="record_invalid")
-    name = str(record.get("name") or "")
-    exit_path = record.get("exit_path")
-    if not exit_path and name and record.get("state_dir"):
-        exit_path = _record.exit_path(str(record["state_dir"]), name)
-    argv = record.get("argv") or []
-    expect = record.get("expect") or {}
-    return Instance(
-        name=name, pid=pid, start_time=_opt_float(record, "start_time"),
-        pgid=_opt_int(record, "pgid"), sid=_opt_int(record, "sid"),
-        launch_id=record.get("launch_id") or None, log_path=log_path,
-        log_offset=_opt_int(record, "log_offset") or 0,
-        host=str(record.get("host") or "127.0.0.1"), port=_opt_int(record, "port"),
-        argv=[str(a) for a in argv] if isinstance(argv, list) else [],
-        exit_path=str(exit_path) if exit_path else None,
-        launched_at=_opt_float(record, "launched_at") or _opt_float(record, "start_time"),
-        node_rank=_opt_int(record, "node_rank") or 0,
-        expect=dict(expect) if isinstance(expect, dict) else {},
-        supervisor_pid=_opt_int(record, "supervisor_pid"),
-        supervisor_start_time=_opt_float(record, "supervisor_start_time"),
-    )
-
+# --- inputs: the launch (_readiness_instance) and how to judge it ----------------------------
 
 @dataclass
 class Options:
@@ -135,142 +70,10 @@ class Options:
     require_ready_line: bool = True
 
 
-# --- who owns the port ---------------------------------------------------------------------
-
-def _iso(epoch: Optional[float]) -> Optional[str]:
-    if epoch is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-def describe_process(pid: int) -> Dict[str, Any]:
-    """Enough to name a process to an operator: pid, user, command line, start time, marker."""
-    proc = _procs.read_proc(pid)
-    if proc is None:
-        return {"pid": pid, "user": None, "cmdline": None, "start_time": None, "started": None}
-    marker = _procs.marker_of(pid) or {}
-    return {
-        "pid": pid, "user": proc.user, "cmdline": " ".join(_redact.redact_argv(proc.cmdline)) or proc.title,
-        "start_time": proc.start_time, "started": _iso(proc.start_time),
-        "instance": marker.get(_procs.MARKER_INSTANCE), "launch_id": marker.get(_procs.MARKER_LAUNCH_ID),
-    }
-
-
-def ownership(pid: int, inst: Instance) -> Optional[str]:
-    """Why `pid` belongs to this launch, or None. The module's own group/session never counts:
-    a launch that skipped setsid would otherwise claim every process of the calling shell."""
-    proc = _procs.read_proc(pid)
-    if proc is None:
-        return None
-    main_same = _procs.is_alive(inst.pid, inst.start_time)
-    if pid == inst.pid and main_same:
-        return "the launched process"
-    if main_same and inst.pid in _procs.ancestors(pid):
-        return "a descendant of the launched process %d" % inst.pid
-    if inst.pgid and proc.pgid == inst.pgid and inst.pgid != os.getpgrp():
-        return "in the launch's process group %d" % inst.pgid
-    if inst.sid and proc.sid == inst.sid and inst.sid != os.getsid(0):
-        return "in the launch's session %d" % inst.sid
-    marker = _procs.marker_of(pid) or {}
-    if inst.launch_id and marker.get(_procs.MARKER_LAUNCH_ID) == inst.launch_id:
-        return "carries %s=%s" % (_procs.MARKER_LAUNCH_ID, inst.launch_id)
-    return None
-
-
-@dataclass
-class PortOwners:
-    listeners: List[Dict[str, Any]]
-    foreign: List[Dict[str, Any]]  # processes (or unreadable sockets) that are not this launch
-
-    @property
-    def ours(self) -> List[Dict[str, Any]]:
-        """The listeners this launch holds."""
-        return [entry for entry in self.listeners if any(o["ours"] for o in entry["owners"])]
-
-    def clashing(self, host: str) -> List[Dict[str, Any]]:
-        """Foreign holders whose socket collides with `host` on the port: only they can take
-        the port from this launch. `::1` does not collide with `127.0.0.1`."""
-        return [o for o in self.foreign if address_conflict(o.get("family"), o.get("address"), host)]
-
-
-def port_owners(port: int, inst: Instance) -> PortOwners:
-    out, foreign = [], []
-    seen_foreign: set = set()
-    for listener in _ports.listeners([port]):
-        entry = listener.to_dict()
-        owners = []
-        for pid in listener.pids:
-            why = ownership(pid, inst)
-            info = describe_process(pid)
-            info.update({"ours": why is not None, "why": why})
-            owners.append(info)
-            if why is None and (pid, listener.address) not in seen_foreign:
-                seen_foreign.add((pid, listener.address))
-                foreign.append(dict(info, address=listener.address, family=listener.family))
-        if not listener.pids:
-            foreign.append({"pid": None, "user": None, "address": listener.address,
-                            "family": listener.family,
-                            "cmdline": "(owner not readable: another user's process)"})
-        entry["owners"] = owners
-        out.append(entry)
-    return PortOwners(out, foreign)
-
-
-# One rule for "does that listener collide with this server's address", shared with the
-# teardown's foreign-listener check.
+# One rule for "does that listener collide with this server's address" (_ports), and one for
+# "is that process this launch's" (_portowner), shared with the teardown and the preflight.
 address_conflict = _ports.address_conflict
 host_addresses = _ports.host_addresses
-
-
-# --- server_info comparison ----------------------------------------------------------------
-
-def normalise(value: Any) -> Any:
-    """Compare what operators write with what servers report: 8 == "8", "true" == True,
-    "/m/x/" == "/m/x", None == "null"."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        low = text.lower()
-        if low in ("true", "false"):
-            return low == "true"
-        if low in ("none", "null"):
-            return None
-        try:
-            return float(text)
-        except ValueError:
-            pass
-        return os.path.normpath(text) if "/" in text else text
-    if isinstance(value, (list, tuple)):
-        return [normalise(v) for v in value]
-    if isinstance(value, dict):
-        return {k: normalise(v) for k, v in value.items()}
-    return value
-
-
-_MISSING = "(not reported)"
-
-
-def compare_expected(expect: Dict[str, Any], info: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
-    """(matched field -> actual, mismatches [{field, expected, actual}])."""
-    matched: Dict[str, Any] = {}
-    mismatches: List[Dict[str, Any]] = []
-    for key in sorted(expect):
-        want = expect[key]
-        if key not in info:
-            mismatches.append({"field": key, "expected": want, "actual": _MISSING})
-        elif normalise(want) == normalise(info[key]):
-            matched[key] = info[key]
-        else:
-            mismatches.append({"field": key, "expected": want, "actual": info[key]})
-    return matched, mismatches
-
-
-def mismatch_table(mismatches: List[Dict[str, Any]]) -> str:
-    return "; ".join("%s: expected %r, server reports %r" % (m["field"], m["expected"], m["actual"])
-                     for m in mismatches)
 
 
 # --- the outcome -----------------------------------------------------------------------------
@@ -281,44 +84,6 @@ class Outcome:
     reason: str
     msg: str
     details: Dict[str, Any] = field(default_factory=dict)
-
-
-def read_exit_status(inst: Instance, wait: float = EXIT_FILE_WAIT_S,
-                     sleep: Callable[[float], None] = time.sleep) -> Any:
-    """The exit file of THIS launch (launch_id must match), else "unknown". Waits (briefly)
-    only while the supervising parent that writes it is still alive."""
-    if not inst.exit_path:
-        return "unknown"
-    if not inst.supervisor_pid or not _procs.is_alive(inst.supervisor_pid, inst.supervisor_start_time):
-        wait = 0.0
-    deadline = time.monotonic() + wait
-    while True:
-        data = _record.read_launch_exit(inst.exit_path, inst.launch_id)
-        if data:
-            keep = ("returncode", "signal", "exited_at", "pid")
-            return {k: data.get(k) for k in keep if k in data}
-        if time.monotonic() >= deadline:
-            return "unknown"
-        sleep(0.1)
-
-
-def _exit_text(status: Any) -> str:
-    if not isinstance(status, dict):
-        return "exit status unknown"
-    how = ("killed by signal %s" % status["signal"] if status.get("signal")
-           else "exit code %s" % status.get("returncode"))
-    when = status.get("exited_at")
-    if isinstance(when, (int, float)):
-        how += " at %s" % _iso(when)
-    return how
-
-
-def _ago(seconds: float) -> str:
-    if seconds < 120:
-        return "%.1f s" % seconds
-    if seconds < 7200:
-        return "%.0f min" % (seconds / 60)
-    return "%.1f h" % (seconds / 3600)
 
 
 # --- the state machine -----------------------------------------------------------------------
@@ -341,22 +106,16 @@ class Readiness:
         self.started_epoch = time.time()
         self.launched_at = inst.launched_at or self.started_epoch
         self.rank = opts.node_rank
-        ready_src = list(opts.ready_patterns)
-        if self.rank >= 1:
-            # ranks >= 1 never print the ready line: their signal is the dummy health server.
-            ready_src = list(lp.DUMMY_HEALTH_PATTERNS) + [p for p in opts.ready_patterns
-                                                          if p not in lp.READY_PATTERNS]
-        self.log = LogAnalyzer(lp.compile_patterns(ready_src, "ready_patterns"),
-                               lp.compile_patterns(opts.fatal_patterns, "fatal_patterns"),
-                               inst.port, self.launched_at,
-                               lp.NODE_READY_PHASE if self.rank >= 1 else lp.READY_PHASE,
-                               benign=lp.compile_patterns(opts.benign_patterns, "benign_patterns"))
+        self.log = _loganalysis.for_launch(opts.ready_patterns, opts.fatal_patterns, opts.benign_patterns,
+                                           inst.port, self.launched_at, self.rank)
         self.follower = LogFollower(inst.log_path, inst.log_offset)
         self.quiet_level, self.quiet_http = lp.quiet_log_levels(inst.argv)
         self.secrets = [opts.api_key] if opts.api_key else []
         self.mode = STARTING
+        self.ident = inst.identity()
         # verification state
-        self.owners: Optional[PortOwners] = None
+        self.owners: Optional[PortOwners] = None  # the port's owners as the result reports them
+        self._scan: Optional[PortOwners] = None  # the last scan: reused while the same sockets listen
         self.info: Optional[Dict[str, Any]] = None
         self.info_endpoint: Optional[str] = None
         self.matched: Dict[str, Any] = {}
@@ -399,8 +158,8 @@ class Readiness:
             "timeline": self.log.timeline,
             "phase": self.log.phase,
             "server_version": (self.info or {}).get("version"),
-            "matched": _redact.redact_mapping(self.matched),
-            "expected": _redact.redact_mapping(self.opts.expect),
+            "matched": self.matched,
+            "expected": self.opts.expect,
             "server_info_endpoint": self.info_endpoint,
             "listeners": self.owners.listeners if self.owners else [],
             "health": self.health_status,
@@ -418,15 +177,22 @@ class Readiness:
         }
         details.update(extra)
         self.follower.close()
-        return Outcome(ready, reason, msg, redact_deep(details, self.secrets))
+        return Outcome(ready, reason, msg, _redact.redact_deep(details, self.secrets))
+
+    # -- who owns the port ------------------------------------------------------------------
+    def _port_owners(self) -> PortOwners:
+        """The owners of the launch's port now: the last scan while the same sockets listen
+        (two reads of the kernel's tables), else a scan of every process's fds."""
+        self._scan = _portowner.current(self.inst.port or 0, self.ident, self._scan)
+        return self._scan
 
     # -- how the log is read -------------------------------------------------------------
     def _holds_port(self) -> bool:
-        """Does this launch already listen on its port (cheap /proc/net check first)?"""
+        """Does this launch already listen on its port (the kernel's socket table first)?"""
         port = self.inst.port
         if not port or not _ports.has_listener(port):
             return False
-        owners = port_owners(port, self.inst)
+        owners = self._port_owners()
         if owners.ours:
             self.owners = owners
             return True
@@ -462,7 +228,7 @@ class Readiness:
         ready_at = self.log.ready_seconds()
         if ready_at is not None:
             return "after its ready line (printed %s after the launch, %s ago)" % (
-                _ago(ready_at), _ago(max(0.0, now - self.launched_at - ready_at)))
+                ago(ready_at), ago(max(0.0, now - self.launched_at - ready_at)))
         if self.mode == RUNNING:
             return ("while it was already running (it held port %s when this check began; "
                     "its log no longer has the ready line)" % self.inst.port)
@@ -472,7 +238,7 @@ class Readiness:
         """The launch died or printed a decisive line: name the cause, most specific first."""
         first = self.log.cause()
         if self.log.bind_error and self.inst.port:
-            owners = port_owners(self.inst.port, self.inst)
+            owners = self._port_owners()
             self.owners = owners
             clash = owners.clashing(self.inst.host)
             if clash:
@@ -480,7 +246,7 @@ class Readiness:
         died = exit_status is not None
         what = "the launch is failing"
         if died:
-            what = "the launched process %d exited (%s) %s" % (self.inst.pid, _exit_text(exit_status),
+            what = "the launched process %d exited (%s) %s" % (self.inst.pid, exit_text(exit_status),
                                                                self._death_context())
         if first is not None:
             return self._outcome(False, "fatal_log", "%s; its log says: %s" % (what, first),
@@ -557,18 +323,22 @@ class Readiness:
             return False
         return True
 
-    def _early_stale(self) -> Optional[Outcome]:
-        """A foreign listener on our address before we bind: the launch is doomed (bind error
-        after minutes of loading), say so now. Cheap: /proc/net only, owners when needed."""
-        if self.rank >= 1 or not self.inst.port or self.log.uvicorn_line:
+    def _watch_port(self) -> Optional[Outcome]:
+        """Until the ready line: a foreign listener on our address before we bind dooms the
+        launch (a bind error after minutes of loading): say so now (once a second). Once the
+        launch has bound (`Uvicorn running on`), its listener's owners are named here, ahead of
+        the ready line, so the verdict does not wait for that scan. Cheap: the kernel's socket
+        table; a scan of the processes only when the port's sockets changed."""
+        if self.rank >= 1 or not self.inst.port or self.log.ready_line is not None:
             return None
         now = self.clock()
-        if now < self._next_stale:
+        bound = self.log.uvicorn_line is not None
+        if now < self._next_stale and not (bound and not (self._scan and self._scan.ours)):
             return None
         self._next_stale = now + STALE_CHECK_EVERY_S
-        if not _ports.has_listener(self.inst.port):
-            return None
-        owners = port_owners(self.inst.port, self.inst)
+        owners = self._port_owners()
+        if bound:
+            return None  # the proofs judge a bound launch's port (_verify), from this scan
         clash = owners.clashing(self.inst.host)
         if clash:
             self.owners = owners
@@ -587,7 +357,7 @@ class Readiness:
         if not self.inst.port:
             raise SglangError("the launch record has no port and node_rank is 0: cannot check "
                               "the HTTP server", reason="record_invalid")
-        self.owners = port_owners(self.inst.port, self.inst)
+        self.owners = self._port_owners()
         clash = self.owners.clashing(self.inst.host)
         if clash:
             return self._stale(self.owners, clash)
@@ -678,7 +448,7 @@ class Readiness:
         if self.clock() - proven_at < self.opts.settle:
             return None
         if port and self._listening:
-            self.owners = port_owners(port, self.inst)
+            self.owners = self._port_owners()
             clash = self.owners.clashing(self.inst.host)
             if clash:
                 return self._stale(self.owners, clash)
@@ -717,7 +487,7 @@ class Readiness:
             return self._settle_step(self._proven_at)
         if self.mode == STARTING and self.log.decisive:
             return self._on_fatal()
-        stale = self._early_stale() if self.mode == STARTING else None
+        stale = self._watch_port() if self.mode == STARTING else None
         if stale is not None:
             return stale
         if self._log_conditions():
@@ -781,7 +551,7 @@ class Readiness:
             return _redact.redact_text(text, self.secrets)
 
         inst = asdict(self.inst)
-        inst["argv"] = _log_level_argv(self.inst.argv)  # all the wait needs from it
+        inst["argv"] = lp.log_level_argv(self.inst.argv)  # all the wait needs from it
         state = {
             "version": SNAPSHOT_VERSION, "instance": inst, "mode": self.mode,
             "started": self.started, "started_epoch": self.started_epoch,
@@ -791,10 +561,10 @@ class Readiness:
             "proven_since_launch": self._proven_since_launch, "listening": self._listening,
             "lost_note": self._lost_note,
             "info": None if self.info is None else {"version": self.info.get("version")},
-            "info_endpoint": self.info_endpoint, "matched": _redact.redact_mapping(self.matched),
+            "info_endpoint": self.info_endpoint, "matched": _redact.redact_deep(self.matched, self.secrets),
             "health_status": self.health_status,
-            "owners": None if self.owners is None else {"listeners": self.owners.listeners,
-                                                        "foreign": self.owners.foreign},
+            "owners": None if self.owners is None else self.owners.to_state(),
+            "scan": None if self._scan is None else self._scan.to_state(),
             "follower": self.follower.snapshot(), "log": self.log.snapshot(clean),
             "progress": dict(self.progress.state),
         }
@@ -832,26 +602,15 @@ class Readiness:
         waiter._listening, waiter._lost_note = bool(state["listening"]), state["lost_note"]
         waiter.info, waiter.info_endpoint = state["info"], state["info_endpoint"]
         waiter.matched, waiter.health_status = dict(state["matched"] or {}), state["health_status"]
-        owners = state.get("owners")
-        waiter.owners = PortOwners(owners["listeners"], owners["foreign"]) if owners else None
+        owners, scan = state.get("owners"), state.get("scan")
+        waiter.owners = PortOwners.from_state(owners) if owners else None
+        waiter._scan = PortOwners.from_state(scan) if scan else None
         holders = [p for p in (inst.pid, inst.supervisor_pid) if p]
         waiter.follower = LogFollower.restore(state["follower"], holders)
         waiter.log.restore(state["log"])
         waiter.progress = ProgressTracker(state.get("progress"))
         waiter._begun = True
         return waiter
-
-
-def redact_deep(value: Any, secrets: Sequence[str]) -> Any:
-    """Every string in a result, at any depth, through the redactor (the last line of defence)."""
-    if isinstance(value, str):
-        return _redact.redact_text(value, secrets)
-    if isinstance(value, dict):
-        return {k: (_redact.MASK if k in ("api_key", "admin_api_key") and v else redact_deep(v, secrets))
-                for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact_deep(v, secrets) for v in value]
-    return value
 
 
 def wait_ready(record: Dict[str, Any], opts: Options,
@@ -887,15 +646,3 @@ def wait_ready_slice(record: Optional[Dict[str, Any]], opts: Options, state: Opt
         return Slice(outcome)
     pending = waiter.pending()
     return Slice(None, pending, waiter.snapshot())
-
-
-def _log_level_argv(argv: Sequence[str]) -> List[str]:
-    """Only the log-level flags of an argv (what `quiet_log_levels` reads): the rest, secrets
-    included, is not carried from slice to slice."""
-    out: List[str] = []
-    for i, arg in enumerate(argv):
-        if arg in ("--log-level", "--log-level-http") and i + 1 < len(argv):
-            out += [arg, argv[i + 1]]
-        elif arg.startswith(("--log-level=", "--log-level-http=")):
-            out.append(arg)
-    return out

@@ -61,30 +61,31 @@ def redact_text(text: str, secrets: Iterable[Optional[str]] = ()) -> str:
     return text
 
 
-def redact_mapping(data: Mapping[str, object], keys: Iterable[str] = ("api_key", "admin_api_key")) -> Dict[str, object]:
-    """Copy of a server_info-like mapping with secret fields masked (only when set)."""
+def redact_deep(data: Any, secrets: Iterable[Optional[str]] = (), keys: Iterable[str] = SECRET_KEYS) -> Any:
+    """The one deep redaction: a copy of JSON-like data with secret keys masked at any depth,
+    lists of strings read as argv (a value after a secret flag masked), and every string
+    through redact_text (secret shapes and every literal secret value given)."""
     hidden = set(keys)
-    return {k: (MASK if k in hidden and v else v) for k, v in data.items()}
+    values = [s for s in secrets if s]
 
-
-def redact_tree(data: object, keys: Iterable[str] = ("api_key", "admin_api_key", "hf_token"),
-                secrets: Iterable[Optional[str]] = ()) -> object:
-    """Deep copy of JSON-like data with secret keys masked at any depth and every literal
-    secret value masked inside strings (server_info nests some args)."""
-    hidden = set(keys)
-    values = [s for s in secrets if s and len(s) >= 3]
-
-    def walk(node: object) -> object:
-        if isinstance(node, dict):
-            return {k: (MASK if k in hidden and v else walk(v)) for k, v in node.items()}
+    def walk(node: Any) -> Any:
+        if isinstance(node, Mapping):
+            return {k: (MASK if k in hidden and node[k] else walk(v)) for k, v in node.items()}
         if isinstance(node, (list, tuple)):
-            return [walk(v) for v in node]
-        if isinstance(node, str) and values:
-            for secret in values:
-                node = node.replace(secret, MASK)
+            items = list(node)
+            if items and all(isinstance(i, str) for i in items):
+                items = redact_argv(items)
+            return [walk(i) for i in items]
+        if isinstance(node, str):
+            return redact_text(node, values)
         return node
 
     return walk(data)
+
+
+def redact_tree(data: object, keys: Iterable[str] = SECRET_KEYS, secrets: Iterable[Optional[str]] = ()) -> object:
+    """redact_deep with the (keys, secrets) argument order of its first callers."""
+    return redact_deep(data, secrets, keys)
 
 
 # --- describing a process ----------------------------------------------------------------------
@@ -104,24 +105,18 @@ def describe_cmdline(argv: Sequence[str], comm: Optional[str] = None, limit: int
     return text
 
 
+def describe_process(proc: Any, **extra: Any) -> Dict[str, Any]:
+    """The one description of a process for messages and results: pid, name, user and its
+    command line as one string, secrets masked (`[comm]` when it has none), plus `extra`.
+    `proc` is a _procs.Proc (pid, comm, user, cmdline)."""
+    out: Dict[str, Any] = {"pid": proc.pid, "name": proc.comm, "user": proc.user,
+                           "cmdline": describe_cmdline(proc.cmdline, proc.comm)}
+    out.update(extra)
+    return out
+
+
 # --- the last line of defence: every module result ---------------------------------------------
 
 def redact_result(result: Mapping[str, Any], secrets: Iterable[Optional[str]] = ()) -> Dict[str, Any]:
-    """Copy of a module result fit to return: secret keys masked at any depth, lists of strings
-    read as argv (a value after a secret flag masked), every string through redact_text (secret
-    shapes and every literal secret value given)."""
-    values = [s for s in secrets if s]
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, Mapping):
-            return {k: (MASK if k in SECRET_KEYS and node[k] else walk(v)) for k, v in node.items()}
-        if isinstance(node, (list, tuple)):
-            items = list(node)
-            if items and all(isinstance(i, str) for i in items):
-                items = redact_argv(items)
-            return [walk(i) for i in items]
-        if isinstance(node, str):
-            return redact_text(node, values)
-        return node
-
-    return walk(dict(result))
+    """Copy of a module result fit to return (redact_deep of the whole result)."""
+    return dict(redact_deep(dict(result), secrets))

@@ -1,0 +1,253 @@
+"""Who owns the port: one rule for the launch preflight and sglang_ready, and a wait that names
+the port's holders once instead of scanning every process on every poll."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+
+import psutil
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.module_utils import (
+    _logpatterns as lp, _portowner, _ports, _preflight, _procs, _readiness)
+from helpers.fixtures import free_port, wait_for
+
+READY = "[2025-01-01 10:00:09] The server is fired up and ready to roll!"
+UVICORN = "[2025-01-01 10:00:07] INFO:     Uvicorn running on http://127.0.0.1:%d (Press CTRL+C to quit)"
+
+# A launch whose listener is a member of its session but no descendant of the recorded pid:
+# the session leader forks a sleeper (the recorded pid) and a listener; pids go to argv[2].
+SESSION = ("import os,socket,sys,time\n"
+           "port, out = int(sys.argv[1]), sys.argv[2]\n"
+           "leader = os.getpid()\n"
+           "def child(body):\n"
+           "    pid = os.fork()\n"
+           "    if pid == 0:\n"
+           "        body()\n"
+           "        while os.getppid() == leader: time.sleep(0.2)\n"
+           "        os._exit(0)\n"
+           "    return pid\n"
+           "def listen():\n"
+           "    global s\n"
+           "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+           "    s.bind(('127.0.0.1', port)); s.listen()\n"
+           "x = child(lambda: None)\n"
+           "y = child(listen)\n"
+           "open(out + '.tmp', 'w').write('%d %d' % (x, y)); os.rename(out + '.tmp', out)\n"
+           "time.sleep(60)\n")
+
+
+def _session_launch(spawn, tmp_path):
+    port, out = free_port(), str(tmp_path / "pids")
+    leader = spawn.start([sys.executable, "-c", SESSION, str(port), out])
+    assert wait_for(lambda: os.path.exists(out) and _ports.has_listener(port), 10)
+    sleeper, listener = (int(p) for p in open(out).read().split())
+    record = {"name": "t", "pid": sleeper, "start_time": _procs.start_time_of(sleeper), "pgid": leader.pid,
+              "sid": leader.pid, "launch_id": uuid.uuid4().hex, "port": port, "host": "127.0.0.1"}
+    return record, port, listener
+
+
+def _preflight_state(port, record):
+    return _preflight.check_port(_preflight.Report(), "127.0.0.1", port, record, True)[0]
+
+
+def test_a_session_member_holding_the_port_is_the_instance_for_preflight_and_readiness(spawn, tmp_path):
+    record, port, listener = _session_launch(spawn, tmp_path)
+    owners = _portowner.port_owners(port, _portowner.LaunchIdentity.from_record(record))
+    assert [o["pid"] for o in owners.listeners[0]["owners"]] == [listener] and not owners.foreign
+    assert owners.listeners[0]["owners"][0]["why"] == "in the launch's process group %d" % record["pgid"]
+    assert _preflight_state(port, record) == "instance"
+
+
+def test_a_reused_pid_is_not_the_instance_for_preflight_or_readiness():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    port = sock.getsockname()[1]
+    try:
+        # the recorded pid is this process, but the record's start time is another process's
+        record = {"name": "x", "port": port, "pid": os.getpid(), "start_time": 1.0, "launch_id": "none"}
+        owners = _portowner.port_owners(port, _portowner.LaunchIdentity.from_record(record))
+        assert not owners.ours and [o["pid"] for o in owners.foreign] == [os.getpid()]
+        assert _preflight_state(port, record) == "busy"
+    finally:
+        sock.close()
+
+
+def test_the_launchs_supervisor_holding_the_port_is_the_instance_for_both(spawn):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    port = sock.getsockname()[1]
+    server = spawn.start(["sleep", "60"])
+    try:
+        record = {"name": "x", "port": port, "pid": server.pid, "supervisor_pid": os.getpid(),
+                  "supervisor_start_time": _procs.start_time_of(os.getpid()), "launch_id": "none"}
+        owners = _portowner.port_owners(port, _portowner.LaunchIdentity.from_record(record))
+        assert owners.ours and not owners.foreign
+        assert owners.listeners[0]["owners"][0]["why"] == "the launch's supervisor"
+        assert _preflight_state(port, record) == "instance"
+    finally:
+        sock.close()
+
+
+def test_a_copied_launch_marker_of_another_user_proves_nothing(monkeypatch):
+    proc = _procs.Proc(pid=4_000_321, ppid=1, pgid=4_000_321, sid=4_000_321, comm="srv", state="S",
+                       uid=os.geteuid() + 4242, start_time=1.0, cmdline=["srv"])
+    monkeypatch.setattr(_procs, "read_proc", lambda p: proc if p == proc.pid else None)
+    monkeypatch.setattr(_procs, "marker_of", lambda p: {_procs.MARKER_INSTANCE: "t", _procs.MARKER_LAUNCH_ID: "L1"})
+    ident = _portowner.LaunchIdentity(pid=4_000_999, launch_id="L1")
+    assert _portowner.ownership(proc.pid, ident) is None
+    proc.uid = os.geteuid()
+    assert _portowner.ownership(proc.pid, ident) == "carries %s=L1" % _procs.MARKER_LAUNCH_ID
+
+
+def test_a_holders_one_string_title_is_masked(spawn):
+    # `exec -a` makes argv one string, as setproctitle does: the secret is inside one argument.
+    holder = spawn.start(["bash", "-c", "exec -a 'srv --api-key SECRET123 --port 1' sleep 60"])
+    title = "srv --api-key SECRET123 --port 1"
+    assert wait_for(lambda: title in (getattr(_procs.read_proc(holder.pid), "cmdline", None) or []), 10)
+    described = _portowner.describe_owner(holder.pid)
+    assert "SECRET123" not in described["cmdline"] and "srv --api-key" in described["cmdline"]
+
+
+# --- the wait: one scan of the processes while the port keeps its sockets -----------------------
+
+class _Scans:
+    """Counts the host-wide process scans: psutil's connection table (it reads every process's
+    fds) and the fd walk that names a socket's holders."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.count = 0
+        for owner, name in ((psutil, "net_connections"), (_procs, "all_pids")):
+            monkeypatch.setattr(owner, name, self._wrap(getattr(owner, name)))
+
+    def _wrap(self, func):
+        def counted(*args, **kwargs):
+            self.count += 1
+            return func(*args, **kwargs)
+        return counted
+
+
+def _http_server(spawn, tmp_path, delay=0.0):
+    """http.server over a directory with server_info and health; with `delay`, a shell that
+    execs it later (same pid and start time: the launch before it binds)."""
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "server_info").write_text(json.dumps({"version": "0.5.6"}))
+    (root / "health").write_text("")
+    port = free_port()
+    argv = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(root)]
+    if delay:
+        argv = ["sh", "-c", 'sleep %s; exec "$@"' % delay, "sh"] + argv
+    return spawn.start(argv), port
+
+
+def _record(proc, log, port):
+    info = _procs.read_proc(proc.pid)
+    return {"name": "t", "pid": proc.pid, "start_time": info.start_time, "pgid": info.pgid, "sid": info.sid,
+            "launch_id": uuid.uuid4().hex, "log_path": log, "log_offset": 0, "host": "127.0.0.1",
+            "port": port, "launched_at": time.time(), "argv": [], "expect": {}}
+
+
+def _append(log, line):
+    with open(log, "a") as fh:
+        fh.write(line + "\n")
+
+
+def test_a_running_server_is_scanned_once_in_the_whole_wait(spawn, tmp_path, monkeypatch):
+    proc, port = _http_server(spawn, tmp_path)
+    assert wait_for(lambda: _ports.has_listener(port), 10)
+    log = str(tmp_path / "l.log")
+    _append(log, UVICORN % port)
+    _append(log, READY)
+    scans = _Scans(monkeypatch)
+    opts = _readiness.Options(timeout=20.0, poll_interval=0.02, settle=0.5)
+    out = _readiness.wait_ready(_record(proc, log, port), opts)
+    assert out.ready and out.details["already_running"], out.msg
+    assert scans.count == 1
+
+
+def test_a_starting_launch_is_scanned_once_when_it_binds_before_its_ready_line(spawn, tmp_path, monkeypatch):
+    proc, port = _http_server(spawn, tmp_path, delay=1.0)
+    log = str(tmp_path / "l.log")
+    _append(log, "[2025-01-01 10:00:01 TP0] Init torch distributed begin.")
+    scans = _Scans(monkeypatch)
+    opts = _readiness.Options(timeout=30.0, poll_interval=0.02, settle=0.5)
+    waiter = _readiness.Readiness(_readiness.instance_from_record(_record(proc, log, port)), opts)
+    assert waiter.run(slice_seconds=0.2) is None  # not bound yet: the kernel's table says so
+    assert wait_for(lambda: _ports.has_listener(port), 10)
+    _append(log, UVICORN % port)
+    assert waiter.run(slice_seconds=0.3) is None  # bound: its holders named now, once
+    assert scans.count == 1
+    _append(log, READY)
+    out = waiter.run()
+    assert out.ready and not out.details["already_running"], out.msg
+    assert scans.count == 1
+
+
+# An HTTP server that answers every GET with 200 and shares its port (SO_REUSEPORT).
+REUSEPORT_HTTP = ("import http.server, socket, sys\n"
+                  "class S(http.server.ThreadingHTTPServer):\n"
+                  "    def server_bind(self):\n"
+                  "        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)\n"
+                  "        super().server_bind()\n"
+                  "class H(http.server.BaseHTTPRequestHandler):\n"
+                  "    def do_GET(self):\n"
+                  "        self.send_response(200); self.end_headers(); self.wfile.write(b'{}')\n"
+                  "    def log_message(self, *args): pass\n"
+                  "S(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+
+
+def test_a_new_listener_during_the_settle_window_is_still_judged(spawn, tmp_path):
+    # the one scan is reused only while the same sockets listen: a foreign socket added on the
+    # launch's address (SO_REUSEPORT) means a new scan, and a stale server
+    port = free_port()
+    ours = spawn.start([sys.executable, "-c", REUSEPORT_HTTP, str(port)])
+    assert wait_for(lambda: _ports.has_listener(port), 10)
+    log = str(tmp_path / "l.log")
+    with open(log, "w") as fh:
+        fh.write(UVICORN % port + "\n" + READY + "\n")
+    opts = _readiness.Options(timeout=20.0, poll_interval=0.02, settle=10.0, health="none")
+    waiter = _readiness.Readiness(_readiness.instance_from_record(_record(ours, log, port)), opts)
+    # the foreign listener comes while the wait is inside its settle window
+    later = threading.Timer(1.0, lambda: spawn.start([sys.executable, "-c", REUSEPORT_HTTP, str(port)]))
+    later.start()
+    try:
+        out = waiter.run()
+    finally:
+        later.join()
+    assert out.reason == "stale_server" and out.details["proven_at"] is not None, out.msg
+    assert [o["pid"] for o in out.details["stale_owners"]] == [spawn.procs[-1].pid]
+
+
+def test_listening_sockets_reads_addresses_and_inodes_from_the_kernel_table():
+    socks = []
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1"), (socket.AF_INET6, "::")):
+        sock = socket.socket(family)
+        sock.bind((host, 0))
+        sock.listen(1)
+        socks.append(sock)
+    try:
+        ports = [s.getsockname()[1] for s in socks]
+        found = {(l.port, l.family, l.address): l.inode for l in _ports.listening_sockets(ports)}
+        for sock, (family, host) in zip(socks, (("ipv4", "127.0.0.1"), ("ipv6", "::1"), ("ipv6", "::"))):
+            inode = os.fstat(sock.fileno()).st_ino
+            assert found[(sock.getsockname()[1], family, host)] == inode
+            assert [l.pids for l in _ports.listeners([sock.getsockname()[1]])] == [[os.getpid()]]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+@pytest.mark.parametrize("level,quiet", [("WARNING", True), ("warn", True), (" error ", True), ("fatal", True),
+                                         ("critical", True), ("info", False), ("debug", False), (None, False)])
+def test_one_rule_for_a_log_level_too_quiet_for_the_ready_line(level, quiet):
+    assert lp.is_quiet_level(level) is quiet
+    argv = [] if level is None else ["--log-level", level]
+    assert (lp.quiet_log_levels(argv)[0] is not None) is quiet
