@@ -27,6 +27,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._errors import Sglan
 SOURCES = ("get_load", "v1_loads", "metrics")
 PATHS = {"get_load": "/get_load", "v1_loads": "/v1/loads", "metrics": "/metrics"}
 ON_TIMEOUT = ("fail", "proceed")
+SAMPLES_RETURNED = 50
 
 _GAUGE = re.compile(r"^sglang:(num_running_reqs|num_queue_reqs)(?:\{[^}]*\})?\s+(\S+)", re.M)
 
@@ -154,51 +155,131 @@ def validate(opts: Options) -> None:
         raise SglangError("on_timeout must be one of %s" % ", ".join(ON_TIMEOUT), reason="invalid_argument")
 
 
+@dataclass
+class State:
+    """Where a wait stands; a sliced wait carries it from one module call to the next (as a
+    dict). `started` and `idle_since` are CLOCK_MONOTONIC readings: one clock for every
+    process on the host, so the timeout counts from the first slice's start."""
+    started: float
+    sources: List[str]
+    samples: List[Dict[str, Any]] = field(default_factory=list)
+    idle_since: Optional[float] = None
+    peak: int = 0
+    load: Optional[Dict[str, Any]] = None
+    next_at: Optional[float] = None      # when the next reading is due
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"started": self.started, "sources": list(self.sources), "samples": list(self.samples),
+                "idle_since": self.idle_since, "peak": self.peak, "load": self.load, "next_at": self.next_at}
+
+    @classmethod
+    def from_dict(cls, data: Any, now: float, opts: "Options") -> "State":
+        """A state another slice returned, checked: a bad one is refused, never half-used."""
+        try:
+            state = cls(started=float(data["started"]), sources=[str(x) for x in data["sources"]],
+                        samples=[dict(x) for x in data.get("samples") or []],
+                        idle_since=None if data.get("idle_since") is None else float(data["idle_since"]),
+                        peak=int(data.get("peak") or 0),
+                        load=dict(data["load"]) if data.get("load") else None,
+                        next_at=None if data.get("next_at") is None else float(data["next_at"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SglangError("the resume state of a sliced drain is not valid (%s)" % exc, reason="invalid_argument")
+        bad = [s for s in state.sources if s not in SOURCES]
+        if bad or not state.sources or not state.started <= now <= state.started + opts.timeout + 3600:
+            raise SglangError("the resume state of a sliced drain is not valid (sources %s, started %.0f s ago)"
+                              % (state.sources, now - state.started), reason="invalid_argument")
+        return state
+
+
+@dataclass
+class Step:
+    """One slice: the final result, or (result None) the state to go on from."""
+    result: Optional[Dict[str, Any]]
+    state: State
+
+
 def drain(fetch: Fetch, opts: Options, clock: Callable[[], float] = time.monotonic,
           sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
     """Poll until the server runs and queues nothing for `settle` seconds in a row (a request
     the router sent just before it dropped the worker still counts), or until `timeout`."""
+    step = drain_slice(fetch, opts, None, None, clock, sleep)
+    assert step.result is not None  # an unbounded slice ends with the verdict
+    return step.result
+
+
+def drain_slice(fetch: Fetch, opts: Options, resume: Optional[Dict[str, Any]], seconds: Optional[float],
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> Step:
+    """The wait, from `resume` (None: from the start), for at most about `seconds` (None: to
+    the verdict). A slice never sleeps past its end; the next one takes the readings at the
+    times one uninterrupted wait would (when it starts in time), so the verdict, the samples and
+    the elapsed time are those of one uninterrupted wait."""
     validate(opts)
-    started = clock()
-    deadline = started + opts.timeout
-    sources = list(opts.sources)
-    samples: List[Dict[str, Any]] = []
-    idle_since: Optional[float] = None
-    peak = 0
+    slice_start = clock()
+    state = State(slice_start, list(opts.sources)) if resume is None else State.from_dict(resume, slice_start, opts)
+    slice_end = None if seconds is None else slice_start + seconds
+    deadline = state.started + opts.timeout
     while True:
+        if state.next_at is not None:
+            wait = state.next_at - clock()
+            if wait > 0 and slice_end is not None and clock() + wait > slice_end:
+                sleep(max(0.0, slice_end - clock()))  # the next reading belongs to the next slice
+                return Step(None, state)
+            if wait > 0:
+                sleep(wait)
         now = clock()
-        try:
-            load = read_load(fetch, sources)
-        except Unreachable as exc:
-            return _done(True, "unreachable", "the server does not answer (%s): nothing to drain"
-                         % exc.error, None, samples, peak, started, clock)
-        sources = [load.source]  # keep to the source that answered
-        peak = max(peak, load.running + load.waiting)
-        if not samples or (load.running, load.waiting) != (samples[-1]["running"], samples[-1]["waiting"]):
-            samples.append(dict(load.as_dict(), at=round(now - started, 2)))
-        idle_since = (idle_since if idle_since is not None else now) if load.idle else None
-        if opts.check_mode:
-            return _done(load.idle, "check_mode", "check mode: the server runs %d and queues %d requests"
-                         % (load.running, load.waiting), load, samples, peak, started, clock)
-        if idle_since is not None and now - idle_since >= opts.settle:
-            return _done(True, "drained", "drained: no running or waiting request for %.1f s (%s)"
-                         % (opts.settle, PATHS[load.source]), load, samples, peak, started, clock)
-        if now >= deadline and load.idle:  # idle at the deadline: the settle time is cut short
-            return _done(True, "drained", "drained: no running or waiting request at the deadline (%s)"
-                         % PATHS[load.source], load, samples, peak, started, clock)
-        if now >= deadline:
-            msg = ("still %d running and %d waiting requests after %.0f s (drain timeout)"
-                   % (load.running, load.waiting, opts.timeout))
-            if opts.on_timeout == "fail":
-                raise SglangError(msg + ". Nothing was stopped.", reason="timeout",
-                                  load=load.as_dict(), samples=samples, peak=peak)
-            return _done(False, "timeout", msg + ": proceeding (on_timeout=proceed)", load, samples,
-                         peak, started, clock)
-        sleep(max(0.01, min(opts.poll_interval, deadline - now)))
+        done = _poll(fetch, opts, state, now, deadline, clock)
+        if done is not None:
+            return Step(done, state)
+        state.next_at = clock() + max(0.01, min(opts.poll_interval, deadline - now))
+
+
+def _poll(fetch: Fetch, opts: Options, state: State, now: float, deadline: float,
+          clock: Callable[[], float]) -> Optional[Dict[str, Any]]:
+    """One reading: the result when it decides, else None (the state updated)."""
+    started = state.started
+    try:
+        load = read_load(fetch, state.sources)
+    except Unreachable as exc:
+        return _done(True, "unreachable", "the server does not answer (%s): nothing to drain"
+                     % exc.error, None, state.samples, state.peak, started, clock)
+    state.sources = [load.source]  # keep to the source that answered
+    state.peak = max(state.peak, load.running + load.waiting)
+    state.load = load.as_dict()
+    samples = state.samples
+    if not samples or (load.running, load.waiting) != (samples[-1]["running"], samples[-1]["waiting"]):
+        samples.append(dict(load.as_dict(), at=round(now - started, 2)))
+    state.idle_since = (state.idle_since if state.idle_since is not None else now) if load.idle else None
+    if opts.check_mode:
+        return _done(load.idle, "check_mode", "check mode: the server runs %d and queues %d requests"
+                     % (load.running, load.waiting), load, samples, state.peak, started, clock)
+    if state.idle_since is not None and now - state.idle_since >= opts.settle:
+        return _done(True, "drained", "drained: no running or waiting request for %.1f s (%s)"
+                     % (opts.settle, PATHS[load.source]), load, samples, state.peak, started, clock)
+    if now >= deadline and load.idle:  # idle at the deadline: the settle time is cut short
+        return _done(True, "drained", "drained: no running or waiting request at the deadline (%s)"
+                     % PATHS[load.source], load, samples, state.peak, started, clock)
+    if now >= deadline:
+        msg = ("still %d running and %d waiting requests after %.0f s (drain timeout)"
+               % (load.running, load.waiting, opts.timeout))
+        if opts.on_timeout == "fail":
+            raise SglangError(msg + ". Nothing was stopped.", reason="timeout",
+                              load=load.as_dict(), samples=samples, peak=state.peak)
+        return _done(False, "timeout", msg + ": proceeding (on_timeout=proceed)", load, samples,
+                     state.peak, started, clock)
+    return None
+
+
+def progress(state: State, opts: Options, now: float) -> Dict[str, Any]:
+    """Where a pending wait stands, for the line the action plugin prints between slices."""
+    load = state.load or {}
+    return {"running": load.get("running"), "waiting": load.get("waiting"), "source": load.get("source"),
+            "elapsed": round(now - state.started, 2), "timeout": opts.timeout, "settle": opts.settle,
+            "idle_for": None if state.idle_since is None else round(now - state.idle_since, 2)}
 
 
 def _done(drained: bool, reason: str, msg: str, load: Optional[Load], samples: List[Dict[str, Any]],
           peak: int, started: float, clock: Callable[[], float]) -> Dict[str, Any]:
     return {"changed": False, "drained": drained, "reason": reason, "msg": msg,
             "load": load.as_dict() if load else None, "source": load.source if load else None,
-            "peak": peak, "samples": samples[-50:], "elapsed": round(clock() - started, 3)}
+            "peak": peak, "samples": samples[-SAMPLES_RETURNED:], "elapsed": round(clock() - started, 3)}

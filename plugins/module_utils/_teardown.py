@@ -509,12 +509,44 @@ def diff_of(plan: Plan, result: Dict[str, object]) -> Dict[str, str]:
 
 
 def execute(plan: Plan, opts: Options) -> Dict[str, object]:
-    """Stop the targets and prove it. Returns the result; `failed`/`msg`/`reason` set on failure.
-    Releases the plan's descriptors when done."""
+    """Stop the targets and prove it: the result, or SglangError with the reason set by the
+    phase that found the failure and the whole result as details. Releases the plan's
+    descriptors when done."""
     try:
-        return _execute(plan, opts)
+        run = Run(targets=dict(plan.targets), handles=dict(plan.handles))
+        if plan.contained:
+            _stop_contained(plan, opts, run)
+        _term(plan, opts, run)
+        _kill(plan, opts, run)
+        survivors, d_state = _leftovers(run)
+        t = time.monotonic()
+        stopped = set(run.targets) | (run.cg["pids"] if run.cg else set())  # type: ignore[operator]
+        ports_after, gpu_left, report = _verify(plan, opts, stopped, run.deadline)
+        run.timings["verify"] = round(time.monotonic() - t, 3)
+        ok = not survivors and not ports_after and not gpu_left and not run.errors
+        files = _clean(plan, opts, ok, run)
+        result = _result(plan, run, survivors, d_state, files)
+        result.update(ports_after=ports_after, gpu_processes_left=gpu_left,
+                      gpus_after=_gpus_after(report, plan.scope.gpus) if report else [])
+        _raise_on_failure(result, opts, run.errors)
+        return result
     finally:
         plan.close()
+
+
+@dataclass
+class Run:
+    """What the acting phases share: the targets (planned and adopted) with their pidfds, how
+    each one ended, what is still alive, the signals sent and the errors met."""
+    targets: Dict[int, Target]
+    handles: Dict[int, _pidfd.Handle]
+    ended: Dict[int, str] = field(default_factory=dict)
+    pending: Set[int] = field(default_factory=set)
+    errors: List[str] = field(default_factory=list)
+    signals: List[Dict[str, object]] = field(default_factory=list)
+    timings: Dict[str, float] = field(default_factory=dict)
+    cg: Optional[Dict[str, object]] = None
+    deadline: float = 0.0     # end of `timeout` after the grace period (SIGKILL, ports, GPUs)
 
 
 _CGROUP_ENDED = {"gone before SIGTERM": "already-gone"}
@@ -553,104 +585,131 @@ def _stop_cgroup(plan: Plan, opts: Options) -> Dict[str, object]:
                             "killed_with": cg["killed_with"], "notes": cg["notes"], "timings": cg["timings"]}}
 
 
-def _execute(plan: Plan, opts: Options) -> Dict[str, object]:
-    timings: Dict[str, float] = {}
-    targets = dict(plan.targets)
-    handles = dict(plan.handles)
-    ended: Dict[int, str] = {}
-    errors: List[str] = []
-    signals: List[Dict[str, object]] = []
-    cg = _stop_cgroup(plan, opts) if plan.contained else None
-    if cg is not None:
-        signals += cg["signals"]  # type: ignore[arg-type]
-        timings["cgroup"] = cg["containment"]["timings"].get("total", 0.0)  # type: ignore[index]
+def _stop_contained(plan: Plan, opts: Options, run: Run) -> None:
+    """Phase 0 (contained launches): the cgroup is the member list; stop it first."""
+    run.cg = _stop_cgroup(plan, opts)
+    run.signals += run.cg["signals"]  # type: ignore[arg-type]
+    run.timings["cgroup"] = run.cg["containment"]["timings"].get("total", 0.0)  # type: ignore[index]
 
-    for pid in targets:
-        if pid not in handles or handles[pid].exited():
-            ended[pid] = "already-gone"
-    pending = {pid for pid in targets if pid not in ended}
 
+def _term(plan: Plan, opts: Options, run: Run) -> None:
+    """Phase 1: SIGTERM (then SIGCONT) through the pidfds, adopt what appeared under a target,
+    wait up to the grace period."""
+    for pid in run.targets:
+        if pid not in run.handles or run.handles[pid].exited():
+            run.ended[pid] = "already-gone"
+    run.pending = {pid for pid in run.targets if pid not in run.ended}
     t = time.monotonic()
-    if pending:
-        sent = _deliver(plan.steps, handles, signal.SIGTERM, errors)
-        signals += sent + _continue(sent, handles, errors)
-        new = _adopt(plan, targets, handles)
+    if run.pending:
+        sent = _deliver(plan.steps, run.handles, signal.SIGTERM, run.errors)
+        run.signals += sent + _continue(sent, run.handles, run.errors)
+        new = _adopt(plan, run.targets, run.handles)
         if new:
-            pending.update(new)
-            sent = _deliver([SignalStep("pid", pid, [pid]) for pid in sorted(new)], handles, signal.SIGTERM, errors)
-            signals += sent + _continue(sent, handles, errors)
-        _wait_gone(handles, pending, t + opts.grace_period, ended, "SIGTERM")
-    timings["term"] = round(time.monotonic() - t, 3)
+            run.pending.update(new)
+            sent = _deliver([SignalStep("pid", pid, [pid]) for pid in sorted(new)], run.handles,
+                            signal.SIGTERM, run.errors)
+            run.signals += sent + _continue(sent, run.handles, run.errors)
+        _wait_gone(run.handles, run.pending, t + opts.grace_period, run.ended, "SIGTERM")
+    run.timings["term"] = round(time.monotonic() - t, 3)
 
+
+def _kill(plan: Plan, opts: Options, run: Run) -> None:
+    """Phase 2: SIGKILL to what outlived the grace period (adopting late children first), wait
+    up to `timeout`; the same deadline bounds the verification."""
     t = time.monotonic()
-    deadline = t + opts.timeout
-    if pending:
-        pending.update(_adopt(plan, targets, handles))
+    run.deadline = t + opts.timeout
+    if run.pending:
+        run.pending.update(_adopt(plan, run.targets, run.handles))
         planned = {pid for step in plan.steps for pid in step.pids}
-        steps = [SignalStep(s.kind, s.ident, [p for p in s.pids if p in pending]) for s in plan.steps]
-        steps += [SignalStep("pid", pid, [pid]) for pid in sorted(pending - planned)]
-        signals += _deliver([s for s in steps if s.pids], handles, signal.SIGKILL, errors)
-        _wait_gone(handles, pending, deadline, ended, "SIGKILL")
-    timings["kill"] = round(time.monotonic() - t, 3)
+        steps = [SignalStep(s.kind, s.ident, [p for p in s.pids if p in run.pending]) for s in plan.steps]
+        steps += [SignalStep("pid", pid, [pid]) for pid in sorted(run.pending - planned)]
+        run.signals += _deliver([s for s in steps if s.pids], run.handles, signal.SIGKILL, run.errors)
+        _wait_gone(run.handles, run.pending, run.deadline, run.ended, "SIGKILL")
+    run.timings["kill"] = round(time.monotonic() - t, 3)
 
-    survivors: List[Dict[str, object]] = list(cg["survivors"]) if cg else []  # type: ignore[call-overload]
+
+def _leftovers(run: Run) -> Tuple[List[Dict[str, object]], List[Dict[str, object]]]:
+    """Targets alive after SIGKILL and the timeout (and the cgroup's), those in D state apart."""
+    survivors: List[Dict[str, object]] = list(run.cg["survivors"]) if run.cg else []  # type: ignore[call-overload]
     d_state: List[Dict[str, object]] = []
-    for pid in sorted(pending):
+    for pid in sorted(run.pending):
         proc = _procs.read_proc(pid)
-        entry = targets[pid].to_dict()
+        entry = run.targets[pid].to_dict()
         entry["state"] = proc.state if proc else "?"
         if proc is not None and proc.state == "D":
             entry["wchan"] = _wchan(pid)
             d_state.append(entry)
         survivors.append(entry)
+    return survivors, d_state
 
-    t = time.monotonic()
-    stopped = set(targets) | (cg["pids"] if cg else set())  # type: ignore[operator]
-    ports_after, gpu_left, report = _verify(plan, opts, stopped, deadline)
-    timings["verify"] = round(time.monotonic() - t, 3)
 
-    ok = not survivors and not ports_after and not gpu_left and not errors
+@dataclass
+class Cleaned:
+    removed: List[Dict[str, object]]
+    kept: List[Dict[str, object]]
+    errors: List[str]
+    tmpdir_removed: Optional[str] = None
+    record_removed: List[str] = field(default_factory=list)
+
+
+def _clean(plan: Plan, opts: Options, ok: bool, run: Run) -> Cleaned:
+    """Phase 4: files no live process holds; the instance's own files only after a success."""
     t = time.monotonic()
     removed, kept, file_errors = _remove_files(plan)
-    tmpdir_removed: Optional[str] = None
-    record_removed: List[str] = []
+    cleaned = Cleaned(removed, kept, file_errors)
     if ok and opts.remove_record:
-        tmpdir_removed, record_removed = _remove_instance_files(plan, file_errors)
-    timings["cleanup"] = round(time.monotonic() - t, 3)
+        cleaned.tmpdir_removed, cleaned.record_removed = _remove_instance_files(plan, cleaned.errors)
+    run.timings["cleanup"] = round(time.monotonic() - t, 3)
+    return cleaned
 
-    killed: List[Dict[str, object]] = list(cg["killed"]) if cg else []  # type: ignore[call-overload]
-    for pid, target in sorted(targets.items()):
-        if pid in ended:
+
+def _result(plan: Plan, run: Run, survivors: List[Dict[str, object]], d_state: List[Dict[str, object]],
+            files: Cleaned) -> Dict[str, object]:
+    killed: List[Dict[str, object]] = list(run.cg["killed"]) if run.cg else []  # type: ignore[call-overload]
+    for pid, target in sorted(run.targets.items()):
+        if pid in run.ended:
             entry = target.to_dict()
             killed.append({"pid": pid, "name": entry["name"], "cmdline": entry["cmdline"], "user": entry["user"],
-                           "reason": "; ".join(target.reasons), "signal": ended[pid]})
+                           "reason": "; ".join(target.reasons), "signal": run.ended[pid]})
     result = summary(plan)
-    result["targets"] = [targets[pid].to_dict() for pid in sorted(targets)]
+    result["targets"] = [run.targets[pid].to_dict() for pid in sorted(run.targets)]
     result.update({
-        "killed": killed, "survivors": survivors, "d_state": d_state, "signals": signals,
-        "ports_after": ports_after, "gpu_processes_left": gpu_left,
-        "gpus_after": _gpus_after(report, plan.scope.gpus) if report else [],
-        "shm_removed": removed, "shm_kept": kept, "tmpdir_removed": tmpdir_removed,
-        "record_removed": record_removed, "errors": errors + file_errors, "timings": timings,
+        "killed": killed, "survivors": survivors, "d_state": d_state, "signals": run.signals,
+        "shm_removed": files.removed, "shm_kept": files.kept, "tmpdir_removed": files.tmpdir_removed,
+        "record_removed": files.record_removed, "errors": run.errors + files.errors, "timings": run.timings,
     })
-    if cg is not None:
-        result["containment"] = cg["containment"]
-    result["changed"] = bool(signals or removed or tmpdir_removed or record_removed or (cg and cg["changed"]))
-    if d_state:
-        result.update(failed=True, reason="d_state", msg="%d target(s) stuck in uninterruptible sleep (D) after "
-                      "SIGKILL: %s" % (len(d_state), ", ".join("pid %s wchan %s" % (d["pid"], d["wchan"]) for d in d_state)))
-    elif survivors:
-        result.update(failed=True, reason="survivors", msg="%d target(s) still alive %.0f s after SIGKILL: %s"
-                      % (len(survivors), opts.timeout, ", ".join("pid %s (%s)" % (s["pid"], s["name"]) for s in survivors)))
-    elif errors:
-        result.update(failed=True, reason="signal_failed", msg="could not signal every target: " + "; ".join(errors))
-    elif ports_after:
-        result.update(failed=True, reason="port_still_held", msg="managed port(s) still have a listener after "
-                      "teardown: " + ", ".join("%s (pids %s)" % (l["port"], l["pids"]) for l in ports_after))
-    elif gpu_left:
-        result.update(failed=True, reason="gpu_not_released", msg="the GPU backend still lists target pid(s) %s on "
-                      "the managed GPUs after %.0f s" % (", ".join(map(str, sorted(gpu_left))), opts.timeout))
+    if run.cg is not None:
+        result["containment"] = run.cg["containment"]
+    result["changed"] = bool(run.signals or files.removed or files.tmpdir_removed or files.record_removed
+                             or (run.cg and run.cg["changed"]))
     return result
+
+
+def _raise_on_failure(result: Dict[str, object], opts: Options, signal_errors: List[str]) -> None:
+    """The first failure that explains the rest, raised with the whole result as details."""
+    d_state = result["d_state"]
+    survivors = result["survivors"]
+    ports_after = result["ports_after"]
+    gpu_left = result["gpu_processes_left"]
+    if d_state:
+        raise SglangError("%d target(s) stuck in uninterruptible sleep (D) after SIGKILL: %s" % (
+            len(d_state), ", ".join("pid %s wchan %s" % (d["pid"], d["wchan"]) for d in d_state)),  # type: ignore
+            **dict(result, reason="d_state"))
+    if survivors:
+        raise SglangError("%d target(s) still alive %.0f s after SIGKILL: %s" % (
+            len(survivors), opts.timeout, ", ".join("pid %s (%s)" % (s["pid"], s["name"]) for s in survivors)),  # type: ignore
+            **dict(result, reason="survivors"))
+    if signal_errors:
+        raise SglangError("could not signal every target: " + "; ".join(signal_errors),
+                          **dict(result, reason="signal_failed"))
+    if ports_after:
+        raise SglangError("managed port(s) still have a listener after teardown: " + ", ".join(
+            "%s (pids %s)" % (l["port"], l["pids"]) for l in ports_after),  # type: ignore
+            **dict(result, reason="port_still_held"))
+    if gpu_left:
+        raise SglangError("the GPU backend still lists target pid(s) %s on the managed GPUs after %.0f s" % (
+            ", ".join(map(str, sorted(gpu_left))), opts.timeout),  # type: ignore[call-overload]
+            **dict(result, reason="gpu_not_released"))
 
 
 def _verify(plan: Plan, opts: Options, pids: Set[int], deadline: float
@@ -674,3 +733,35 @@ def _verify(plan: Plan, opts: Options, pids: Set[int], deadline: float
                 break
             time.sleep(GPU_POLL)
     return ports_after, gpu_left, report
+
+
+# --- what an operator must see ----------------------------------------------------------------
+
+def _size(num: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if num < 1024 or unit == "GiB":
+            return ("%d %s" if unit == "B" else "%.1f %s") % (num, unit)
+        num /= 1024.0  # type: ignore[assignment]
+    return "%d B" % num  # pragma: no cover
+
+
+def purge_warnings(plan: Plan, check_mode: bool) -> List[str]:
+    """One warning per purge directory the plan empties (files in it): a dump directory being
+    emptied is data going away, which an operator must see without -v."""
+    out: List[str] = []
+    for checked in plan.dirs.purge:
+        prefix = checked.path.rstrip(os.sep) + os.sep
+        files = [e for e in plan.files if e.path.startswith(prefix)]
+        if not files:
+            continue
+        kept = [e for e in plan.kept if e.path.startswith(prefix)]
+        dirs = sum(1 for e in files if e.is_dir)
+        what = "%d file%s" % (len(files) - dirs, "" if len(files) - dirs == 1 else "s")
+        if dirs:
+            what += " and %d director%s" % (dirs, "y" if dirs == 1 else "ies")
+        text = "purge_paths: %s %s: %s (%s)" % ("would empty" if check_mode else "emptying", checked.path, what,
+                                                _size(sum(e.size for e in files)))
+        if kept:
+            text += "; %d held open by a live process %s kept" % (len(kept), "would be" if check_mode else "are")
+        out.append(text)
+    return out

@@ -25,6 +25,15 @@ description:
   - A server that does not answer at all has nothing to drain - RV(reason=unreachable), not a
     failure.
   - Read-only - it only sends C(GET) requests to the server.
+  - "Live progress: the collection's action plugin of the same name (used automatically for
+    C(llmops.sglang.sglang_drain) tasks) runs the wait in slices of O(slice_seconds) and prints,
+    between slices, one line per host, for example C(gpu-07 extraction: draining, 12 requests in
+    flight (35s of 300s)), then C(... drained in 41s). Each slice goes on from where the previous
+    one stopped (the same start, samples, idle time and source); the timeout, the verdict and the
+    result are those of one uninterrupted wait. Nothing is printed when the stdout callback is a
+    machine format (anything but V(default), V(minimal), V(oneline) and the human community
+    callbacks - V(json), V(yaml), ansible-runner's V(awx_display) included);
+    C(LLMOPS_SGLANG_PROGRESS=always) or V(never) overrides that."
 author:
   - llmops.sglang contributors (@llmops)
 options:
@@ -39,6 +48,11 @@ options:
       - The server's port (C(--port)).
     type: int
     required: true
+  name:
+    description:
+      - The instance the server belongs to; only used to label the progress lines (without it
+        they name the port).
+    type: str
   api_key:
     description:
       - The server's C(--api-key) (C(/get_load) and C(/v1/loads) need it when one is set).
@@ -79,6 +93,22 @@ options:
       - Seconds each HTTP request may take.
     type: float
     default: 5
+  slice_seconds:
+    description:
+      - Length of one slice of the wait when it runs through the action plugin (live progress
+        between slices). V(0) waits in one call and prints no progress.
+      - The default comes from the environment variable C(LLMOPS_SGLANG_DRAIN_SLICE_SECONDS)
+        on the controller, else V(10).
+      - The module itself, run without the action plugin, ignores this option and waits in one
+        call. Must be between 0 and 600.
+    type: float
+  _resume:
+    description:
+      - Private to the collection's action plugin - do not set it. The state of a sliced wait
+        (V({}) for its first slice, then what the previous slice returned); with it, the module
+        waits at most about O(slice_seconds) and answers RV(pending) when the slice ends before
+        the verdict.
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -139,21 +169,40 @@ elapsed:
   description: Seconds the wait took.
   returned: always
   type: float
+pending:
+  description: >-
+    A slice of a sliced wait ended before the verdict. Only in the private results the action
+    plugin reads between slices (with RV(progress) and the state to go on); never in a task's
+    result.
+  returned: between slices, to the action plugin only
+  type: bool
+progress:
+  description: >-
+    Where a pending wait stands - C(running), C(waiting), C(source), C(elapsed), C(timeout),
+    C(settle) and C(idle_for) (seconds idle so far, null while requests run).
+  returned: between slices, to the action plugin only
+  type: dict
+  sample: {running: 10, waiting: 2, source: get_load, elapsed: 35.1, timeout: 300, settle: 2, idle_for: null}
 """
 
+import time
 from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _drain, _exit, _http
+from ansible_collections.llmops.sglang.plugins.module_utils import _drain, _exit, _http, _options
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 
+SLICE_MAX_S = 600.0
+
+
 def argument_spec() -> Dict[str, Any]:
-    return dict(
+    return _options.merged(
+        _options.API_KEY,
         host=dict(type="str", default="127.0.0.1"),
         port=dict(type="int", required=True),
-        api_key=dict(type="str", no_log=True),
+        name=dict(type="str"),
         timeout=dict(type="float", default=300.0),
         settle=dict(type="float", default=2.0),
         poll_interval=dict(type="float", default=1.0),
@@ -161,7 +210,20 @@ def argument_spec() -> Dict[str, Any]:
                      default=list(_drain.SOURCES)),
         on_timeout=dict(type="str", default="fail", choices=list(_drain.ON_TIMEOUT)),
         request_timeout=dict(type="float", default=5.0),
+        slice_seconds=dict(type="float"),
+        # Private, set by the action plugin: run one slice ({} first, then the previous slice's
+        # resume_state) and answer pending when it ends before a verdict.
+        _resume=dict(type="dict"),
     )
+
+
+def _slice_seconds(params: Dict[str, Any]) -> float:
+    value = params["slice_seconds"]
+    value = 10.0 if value is None else value
+    if not 0 < value <= SLICE_MAX_S:
+        raise SglangError("slice_seconds must be > 0 and <= %.0f for a sliced wait (got %s)"
+                          % (SLICE_MAX_S, value), reason="invalid_argument")
+    return value
 
 
 def _body(module: AnsibleModule) -> Dict[str, Any]:
@@ -172,9 +234,17 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
     def fetch(path: str) -> _http.Response:
         return _http.request(p["host"], p["port"], path, p["api_key"], timeout=p["request_timeout"])
 
-    result = _drain.drain(fetch, _drain.Options(
-        timeout=p["timeout"], poll_interval=p["poll_interval"], settle=p["settle"],
-        sources=list(p["sources"]), on_timeout=p["on_timeout"], check_mode=module.check_mode))
+    opts = _drain.Options(timeout=p["timeout"], poll_interval=p["poll_interval"], settle=p["settle"],
+                          sources=list(p["sources"]), on_timeout=p["on_timeout"], check_mode=module.check_mode)
+    if p["_resume"] is None:
+        result = _drain.drain(fetch, opts)
+    else:  # one slice of the action plugin's sliced wait
+        step = _drain.drain_slice(fetch, opts, p["_resume"] or None, _slice_seconds(p))
+        if step.result is None:
+            return {"changed": False, "drained": False, "pending": True, "reason": "pending",
+                    "msg": "draining", "progress": _drain.progress(step.state, opts, time.monotonic()),
+                    "resume_state": step.state.to_dict()}
+        result = step.result
     if not result["drained"] and result["reason"] == "timeout":
         module.warn(result["msg"])
     return result

@@ -58,6 +58,15 @@ description:
     containment existed is torn down as before.
   - Holds the per-instance lock while acting, so a launch and a teardown of one instance never
     interleave.
+  - "Progress: the collection's action plugin of the same name (used automatically for
+    C(llmops.sglang.sglang_teardown) tasks) prints one line per host before the module runs -
+    the grace period and about when SIGKILL comes to what ignores SIGTERM - and, after it, one
+    line per phase - how many targets SIGTERM ended and how fast, what SIGKILL ended, whether
+    ports and GPUs were verified free, the files removed. The module itself runs in one call
+    (a teardown is not resumed across calls: its pidfds and the instance lock belong to one
+    process). Nothing is printed when the stdout callback is a machine format (anything but
+    V(default), V(minimal), V(oneline) and the human community callbacks);
+    C(LLMOPS_SGLANG_PROGRESS=always) or V(never) overrides that."
 requirements:
   - Linux (C(/proc)).
   - psutil (5.9 or later) for the Python that runs the module (SGLang's venv has it). Without it
@@ -66,20 +75,20 @@ requirements:
 version_added: "0.1.0"
 author:
   - llmops.sglang contributors (@llmops)
+extends_documentation_fragment:
+  - llmops.sglang.common.state_dir
+  - llmops.sglang.common.gpu_backend
 options:
   name:
     description:
       - Instance name; selects the launch record C(<state_dir>/<name>.json) and the marker.
     type: str
-  state_dir:
-    description:
-      - State directory holding launch records. Default C(/var/lib/llmops-sglang) as root, else
-        C(~/.local/state/llmops-sglang).
-    type: path
   ports:
-    description: Managed TCP ports; their listeners (IPv4 and IPv6) and descendants are targets.
+    description:
+      - Managed TCP ports (integers 1-65535); their listeners (IPv4 and IPv6) and descendants are
+        targets.
     type: list
-    elements: raw
+    elements: int
     default: []
   gpus:
     description:
@@ -152,14 +161,11 @@ options:
         not owned by root or the module's user, or writable by group or others; a symlink or a
         directory writable by other users (unless sticky) anywhere on the way. A missing
         directory is nothing to do.
+      - A directory with files in it is named in a warning (shown without C(-v)) with the number
+        of files and their size - V(would empty) in check mode.
     type: list
     elements: path
     default: []
-  gpu_backend:
-    description: How to list GPU compute processes.
-    type: str
-    choices: [auto, nvml, nvidia-smi, none]
-    default: auto
 attributes:
   check_mode:
     support: full
@@ -385,10 +391,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _deps, _exit, _record, _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils import _deps, _exit, _options, _record, _teardown
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._lock import instance_lock
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
+from ansible_collections.llmops.sglang.plugins.module_utils._targets import Scope, build_scope
 
 
 def _own_cmdlines() -> list:
@@ -401,9 +407,56 @@ def _own_cmdlines() -> list:
     return [" ".join(argv), "\0".join(argv)]
 
 
+def argument_spec() -> dict:
+    return _options.merged(
+        _options.STATE_DIR, _options.GPU_BACKEND, _options.ports(default=[]),
+        name=dict(type="str"),
+        gpus=dict(type="list", elements="raw"),
+        patterns=dict(type="list", elements="str", default=[]),
+        sglang_processes=dict(type="bool", default=True),
+        all_users=dict(type="bool", default=False),
+        protect=dict(type="list", elements="str", default=[]),
+        foreign_gpu_processes=dict(type="str", choices=["fail", "kill", "ignore"], default="fail"),
+        grace_period=dict(type="float", default=30.0),
+        timeout=dict(type="float", default=60.0),
+        shm_cleanup=dict(type="bool", default=True),
+        shm_dir=dict(type="path", default="/dev/shm"),
+        purge_paths=dict(type="list", elements="path", default=[]),
+    )
+
+
+def _act(module: AnsibleModule, scope: Scope, opts: _teardown.Options) -> dict:
+    """Plan, refuse or act on the plan, prove the result; a failure is raised with its reason
+    and the whole result (and the diff) as details."""
+    start = time.monotonic()
+    plan = _teardown.make_plan(scope, opts)
+    try:
+        _teardown.check_preconditions(plan)
+        plan_s = round(time.monotonic() - start, 3)
+        for text in _teardown.purge_warnings(plan, module.check_mode):
+            module.warn(text)
+        if module.check_mode:
+            result = _teardown.check_mode_result(plan)
+            result["timings"] = {"plan": plan_s}
+        else:
+            try:
+                result = _teardown.execute(plan, opts)
+            except SglangError as exc:
+                if "killed" in exc.details:
+                    exc.details["timings"] = dict(plan=plan_s, **exc.details["timings"])
+                    if module._diff:
+                        exc.details["diff"] = _teardown.diff_of(plan, exc.details)
+                raise
+            result["timings"] = dict(plan=plan_s, **result["timings"])
+        if module._diff:
+            result["diff"] = _teardown.diff_of(plan, result)
+        return result
+    finally:
+        plan.close()
+
+
 def _body(module: AnsibleModule) -> dict:
-    """Validate, plan, act; a failed teardown is raised with the reason the engine set where it
-    found the failure, and its whole result as details (_exit.run ends the module)."""
+    """Validate, then plan and act under the instance lock (_exit.run ends the module)."""
     p = module.params
     if not os.path.isdir("/proc/self"):
         raise SglangError("sglang_teardown needs Linux /proc", reason="unsupported")
@@ -414,58 +467,16 @@ def _body(module: AnsibleModule) -> dict:
                              shm_dir=p["shm_dir"], purge_paths=[os.path.normpath(x) for x in p["purge_paths"]],
                              gpu_backend=p["gpu_backend"])
     _teardown.validate_options(opts, state_dir)
-
-    def act() -> dict:
-        start = time.monotonic()
-        plan = _teardown.make_plan(scope, opts)
-        try:
-            _teardown.check_preconditions(plan)
-            plan_s = round(time.monotonic() - start, 3)
-            if module.check_mode:
-                result = _teardown.check_mode_result(plan)
-                result["timings"] = {"plan": plan_s}
-            else:
-                result = _teardown.execute(plan, opts)
-                result["timings"] = dict(plan=plan_s, **result["timings"])
-            if module._diff:
-                result["diff"] = _teardown.diff_of(plan, result)
-        finally:
-            plan.close()
-        return result
-
     # Check mode takes no lock: it must not even create the state dir. A lock that stays taken
     # fails with the reason the lock sets (locked).
     if p["name"] and not module.check_mode:
         with instance_lock(state_dir, p["name"], timeout=max(30.0, p["timeout"])):
-            result = act()
-    else:
-        result = act()
-    if result.pop("failed", False):
-        raise SglangError(result.pop("msg"), **result)
-    return result
+            return _act(module, scope, opts)
+    return _act(module, scope, opts)
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            name=dict(type="str"),
-            state_dir=dict(type="path"),
-            ports=dict(type="list", elements="raw", default=[]),
-            gpus=dict(type="list", elements="raw"),
-            patterns=dict(type="list", elements="str", default=[]),
-            sglang_processes=dict(type="bool", default=True),
-            all_users=dict(type="bool", default=False),
-            protect=dict(type="list", elements="str", default=[]),
-            foreign_gpu_processes=dict(type="str", choices=["fail", "kill", "ignore"], default="fail"),
-            grace_period=dict(type="float", default=30.0),
-            timeout=dict(type="float", default=60.0),
-            shm_cleanup=dict(type="bool", default=True),
-            shm_dir=dict(type="path", default="/dev/shm"),
-            purge_paths=dict(type="list", elements="path", default=[]),
-            gpu_backend=dict(type="str", choices=["auto", "nvml", "nvidia-smi", "none"], default="auto"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     _deps.require(module, ["psutil"])
     _exit.run(module, _body, "sglang_teardown")
 

@@ -132,10 +132,12 @@ def test_d_state_is_reported_with_wchan(monkeypatch, tmp_path, started, token):
     monkeypatch.setattr(_pidfd.Handle, "exited", lambda self: False)
     monkeypatch.setattr(_teardown, "_deliver", lambda *a, **k: [])
     monkeypatch.setattr(_procs, "read_proc", lambda pid: stuck if pid == proc.pid else real_read(pid))
-    result = _teardown.execute(plan, opts)
-    assert result["failed"] and result["reason"] == "d_state"
+    with pytest.raises(SglangError) as err:
+        _teardown.execute(plan, opts)
+    result = err.value.details
+    assert result["reason"] == "d_state"
     assert result["d_state"][0]["pid"] == proc.pid and "wchan" in result["d_state"][0]
-    assert "wchan" in result["msg"]
+    assert "wchan" in err.value.msg
 
 
 @pytest.mark.parametrize("kw", [dict(grace_period=-1), dict(timeout=-0.5), dict(purge_paths=["relative/dir"]),

@@ -1,0 +1,122 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.sglang contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin of sglang_drain: live progress on the controller while in-flight requests end.
+
+A drain can wait for minutes, and one silent task cannot tell "12 long generations still
+running" from "hung". This plugin runs the module in slices of `slice_seconds`: each slice goes
+on from the state the previous one returned (the wait's start, the samples, how long the server
+has been idle, the load source that answered) and answers `pending` when it ends before a
+verdict. Between slices it prints one line per host, `gpu-07 extraction: draining, 12 requests
+in flight (35s of 300s)`, and at the end `... drained in 41s`. Draining only reads the server's
+load (GET requests), so resuming it repeats nothing that must happen once. The verdict, the
+timeout (counted from the first slice) and the result are those of one uninterrupted call.
+
+Lines go to the display only for a human stdout callback (see plugin_utils/_progress_display).
+`slice_seconds: 0` (or async) runs the module in one call, as without this plugin.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+from ansible.utils.vars import merge_hash
+
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
+
+MODULE = "llmops.sglang.sglang_drain"
+SLICE_ENV = "LLMOPS_SGLANG_DRAIN_SLICE_SECONDS"
+
+display = Display()
+
+
+def what(args: Mapping[str, Any]) -> str:
+    """The instance name, else the port."""
+    return str(args.get("name") or "port %s" % args.get("port"))
+
+
+def _requests(n: int) -> str:
+    return "%d request%s" % (n, "" if n == 1 else "s")
+
+
+def progress_line(progress: Mapping[str, Any]) -> str:
+    """`draining, 12 requests in flight (35s of 300s)`; idle: `idle for 1s of the 2s settle time`."""
+    when = "(%s of %s)" % (P.duration(progress.get("elapsed")), P.duration(progress.get("timeout")))
+    if progress.get("running") is None:
+        return "draining, no load read yet %s" % when
+    busy = int(progress.get("running") or 0) + int(progress.get("waiting") or 0)
+    if busy == 0:
+        return "draining, idle for %s of the %s settle time %s" % (
+            P.duration(progress.get("idle_for")), P.duration(progress.get("settle")), when)
+    waiting = int(progress.get("waiting") or 0)
+    return "draining, %s in flight%s %s" % (_requests(busy), " (%d waiting)" % waiting if waiting else "", when)
+
+
+def final_line(result: Mapping[str, Any]) -> str:
+    """The outcome of a wait that did not fail."""
+    reason = result.get("reason")
+    took = P.duration(result.get("elapsed"))
+    if reason == "drained":
+        peak = int(result.get("peak") or 0)
+        return "drained in %s%s" % (took, " (at most %s in flight)" % _requests(peak) if peak else "")
+    if reason == "unreachable":
+        return "the server does not answer: nothing to drain"
+    if reason == "timeout":
+        load = result.get("load") or {}
+        busy = int(load.get("running") or 0) + int(load.get("waiting") or 0)
+        return "drain timeout after %s, %s still in flight: proceeding" % (took, _requests(busy))
+    if reason == "check_mode":
+        load = result.get("load") or {}
+        busy = int(load.get("running") or 0) + int(load.get("waiting") or 0)
+        return "check mode: %s in flight" % _requests(busy)
+    return str(result.get("msg") or reason)
+
+
+class ActionModule(ActionBase):
+    """Runs sglang_drain in slices and shows each host's progress between them."""
+
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        args = dict(self._task.args)
+        try:
+            seconds = P.slice_seconds(args, os.environ, SLICE_ENV)
+        except ValueError as exc:
+            return dict(result, failed=True, msg=str(exc), reason="invalid_argument", drained=False, changed=False)
+        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
+        if wrap_async or seconds == 0:
+            res = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars,
+                                       wrap_async=wrap_async)
+            if not wrap_async:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+            return merge_hash(result, res)
+        try:
+            res = self._sliced(args, seconds, task_vars)
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        return merge_hash(result, res)
+
+    def _sliced(self, args: Dict[str, Any], seconds: float, task_vars: Dict[str, Any]) -> Dict[str, Any]:
+        show = P.progress_wanted(P.stdout_callback_name(), os.environ)
+        who = P.host_label(task_vars, self._play_context.remote_addr, what(args))
+        resume: Dict[str, Any] = {}
+        while True:
+            res = self._execute_module(module_name=MODULE, task_vars=task_vars,
+                                       module_args=dict(args, slice_seconds=seconds, _resume=resume))
+            state = res.get("resume_state")
+            if res.get("failed") or not res.get("pending") or not isinstance(state, dict):
+                break
+            resume = state
+            if show:
+                display.display("%s: %s" % (who, progress_line(res.get("progress") or {})))
+        final = P.as_single_call(res, args)
+        if show and not final.get("failed"):
+            display.display("%s: %s" % (who, final_line(final)))
+        return final
