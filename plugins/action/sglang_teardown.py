@@ -57,6 +57,17 @@ def before_line(args: Mapping[str, Any], now: float) -> str:
                                                 time.strftime("%H:%M:%S", time.localtime(now + grace + timeout))))
 
 
+def args_valid(args: Mapping[str, Any]) -> bool:
+    """Do the task's arguments pass the module's own argument spec? A task the module will
+    refuse at once gets no line that announces signals (the module's failure says it all)."""
+    try:
+        from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+        from ansible_collections.llmops.sglang.plugins.modules.sglang_teardown import argument_spec
+    except ImportError:  # an older core: the module judges alone
+        return True
+    return not ArgumentSpecValidator(argument_spec()).validate(dict(args)).error_messages
+
+
 def _count(n: int, word: str) -> str:
     return "%d %s%s" % (n, word, "" if n == 1 else "es" if word.endswith("s") else "s")
 
@@ -151,7 +162,7 @@ class ActionModule(ActionBase):
         show = not self._task.async_val and P.progress_wanted(P.stdout_callback_name(), os.environ)
         who = P.host_label(task_vars, self._play_context.remote_addr, what(args))
         check_mode = bool(self._play_context.check_mode)
-        if show and not check_mode:
+        if show and not check_mode and args_valid(args):
             display.display("%s: %s" % (who, before_line(args, time.time())))
         try:
             res = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars,
