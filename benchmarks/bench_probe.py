@@ -4,13 +4,20 @@ sglang_teardown target discovery (check mode: nothing is signalled), with 0, 200
 group). Also: cached introspection (sglang_probe introspect=true, second and later runs).
 
 Both modules run through helpers.fixtures.run_module (python start-up included in "wall").
+Standalone: `.venv/bin/python benchmarks/bench_probe.py [--quick] [--baseline OTHER_CHECKOUT]`;
+with --baseline the same module runs are made from another checkout's collection too (e.g. a
+`git worktree` of an older commit), interleaved with this one's on the same idle processes, so
+that both figures come from the same machine state.
 """
 from __future__ import annotations
 
+import argparse
 import os
+import resource
 import signal
+import sys
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 import common as C
 
@@ -26,15 +33,41 @@ def discovery_args(state_dir: str, port: int) -> Dict[str, Any]:
             "shm_dir": C.mkdir("probe", "shm")}
 
 
+def _child_cpu() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
 def timed(fn) -> Dict[str, Any]:
-    t0 = time.time()
+    """Wall time and CPU time (user + system of the module's process, which the wait accounts
+    to this one): on a shared machine the CPU time says what the run cost, the wall time what
+    it took."""
+    t0, c0 = time.time(), _child_cpu()
     r = fn()
-    return {"wall": time.time() - t0, "failed": bool(r.get("failed")), "msg": r.get("msg", ""), "r": r}
+    return {"wall": time.time() - t0, "cpu": _child_cpu() - c0, "failed": bool(r.get("failed")),
+            "msg": r.get("msg", ""), "r": r}
 
 
-def run(quick: bool = False) -> Dict[str, Any]:
-    runs = 1 if quick else 3
-    sizes = [0, 200, 2000] if quick else [0, 200, 2000, 5000]
+def _env(tree: Optional[str]) -> Optional[Dict[str, str]]:
+    """The environment that runs the modules from another checkout's collection."""
+    return {"PYTHONPATH": os.path.join(os.path.abspath(tree), "collections")} if tree else None
+
+
+def _pair(state_dir: str, port: int, tree: Optional[str]) -> Dict[str, Any]:
+    env = _env(tree)
+    p = timed(lambda: C.run_module("sglang_probe", probe_args(state_dir), env=env))
+    d = timed(lambda: C.run_module("sglang_teardown", discovery_args(state_dir, port), check_mode=True, env=env))
+    return {"probe": p["wall"], "probe_cpu": p["cpu"], "discovery_cpu": d["cpu"],
+            "probe_failed": p["failed"], "probe_msg": p["msg"][:200], "discovery": d["wall"],
+            "discovery_failed": d["failed"], "discovery_msg": d["msg"][:200],
+            "discovery_plan": (d["r"].get("timings") or {}).get("plan"),
+            "discovery_targets": len(d["r"].get("targets") or [])}
+
+
+def run(quick: bool = False, baseline: Optional[str] = None, sizes: Optional[List[int]] = None,
+        runs: Optional[int] = None, introspection: bool = True) -> Dict[str, Any]:
+    runs = runs or (1 if quick else 3)
+    sizes = sizes if sizes is not None else ([0, 200, 2000] if quick else [0, 200, 2000, 5000])
     state_dir = C.mkdir("probe", "state")
     port = C.free_port()
     growth = []
@@ -47,17 +80,20 @@ def run(quick: bool = False) -> Dict[str, Any]:
         total = len(os.listdir("/proc"))
         try:
             for i in range(runs):
-                p = timed(lambda: C.run_module("sglang_probe", probe_args(state_dir)))
-                d = timed(lambda: C.run_module("sglang_teardown", discovery_args(state_dir, port), check_mode=True))
-                growth.append({"extra": n, "i": i, "probe": p["wall"], "probe_failed": p["failed"],
-                               "probe_msg": p["msg"][:200], "discovery": d["wall"],
-                               "discovery_failed": d["failed"], "discovery_msg": d["msg"][:200],
-                               "discovery_plan": (d["r"].get("timings") or {}).get("plan"),
-                               "discovery_targets": len(d["r"].get("targets") or []),
-                               "procs_on_host": total})
-                C.log("probe: +%d procs #%d probe %.2f s, discovery %.2f s (plan %s) %s" % (
-                    n, i, p["wall"], d["wall"], growth[-1]["discovery_plan"],
-                    (p["msg"] if p["failed"] else d["msg"] if d["failed"] else "")[:150]))
+                # the baseline first on odd runs, second on even ones: neither always runs warm
+                order = [(None, ""), (baseline, "base_")] if i % 2 == 0 else [(baseline, "base_"), (None, "")]
+                row: Dict[str, Any] = {"extra": n, "i": i, "procs_on_host": total}
+                for tree, prefix in order:
+                    if prefix and not baseline:
+                        continue
+                    row.update({prefix + k: v for k, v in _pair(state_dir, port, tree).items()})
+                growth.append(row)
+                for prefix in ([""] + (["base_"] if baseline else [])):
+                    C.log("probe: +%d procs #%d %sprobe %.2f s (cpu %.2f s), discovery %.2f s (cpu %.2f s, plan %s) %s" % (
+                        n, i, "baseline " if prefix else "", row[prefix + "probe"], row[prefix + "probe_cpu"],
+                        row[prefix + "discovery"], row[prefix + "discovery_cpu"], row[prefix + "discovery_plan"],
+                        (row[prefix + "probe_msg"] if row[prefix + "probe_failed"] else
+                         row[prefix + "discovery_msg"] if row[prefix + "discovery_failed"] else "")[:150]))
         finally:
             if group is not None:
                 try:
@@ -74,7 +110,7 @@ def run(quick: bool = False) -> Dict[str, Any]:
     # cached introspection: the first run fills the cache; then pairs of probe runs without and
     # with introspect=true (cache warm) give the marginal wall cost of a cached introspection.
     intro = []
-    for i in range(1 + max(runs, 5) if not quick else 2):
+    for i in range((1 + max(runs, 5) if not quick else 2) if introspection else 0):
         base = timed(lambda: C.run_module("sglang_probe", probe_args(state_dir))) if i else None
         t = timed(lambda: C.run_module("sglang_probe", probe_args(state_dir, introspect=True)))
         info = t["r"].get("introspection") or {}
@@ -83,7 +119,7 @@ def run(quick: bool = False) -> Dict[str, Any]:
                       "flags": len(t["r"].get("flags") or {}), "failed": t["failed"], "msg": t["msg"][:200]})
         C.log("probe: introspect #%d wall %.2f s (without: %s) cached=%s seconds=%s flags=%d" % (
             i, t["wall"], C.fmt_s(intro[-1]["base_wall"]), info.get("cached"), info.get("seconds"), intro[-1]["flags"]))
-    return {"runs": runs, "sizes": sizes, "growth": growth, "introspection": intro}
+    return {"runs": runs, "sizes": sizes, "growth": growth, "introspection": intro, "baseline": baseline}
 
 
 def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str, Any]:
@@ -102,7 +138,7 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
     c_int = C.median(r["seconds"] for r in cached)
     c_wall = C.median(r["wall"] for r in cached)
     c_marg = C.median((r["wall"] - r["base_wall"]) for r in cached if r.get("base_wall") is not None)
-    first = data["introspection"][0]
+    first = data["introspection"][0] if data["introspection"] else {"wall": None}
     p2000 = next((p for n, p in zip(sizes, pm) if n == 2000), None)
     plt = C.plt()
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -145,3 +181,45 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
                       for r in data["introspection"]])]
     return {"title": "Cost growth (probe, discovery, introspection cache)", "markdown": "\n".join(md),
             "targets": targets, "figures": [figp]}
+
+
+def comparison(data: Dict[str, Any]) -> str:
+    """Medians per size, this checkout beside the baseline's (when there is one)."""
+    base = bool(data.get("baseline"))
+    keys = [("probe", "sglang_probe wall"), ("probe_cpu", "sglang_probe cpu"),
+            ("discovery", "teardown discovery wall"), ("discovery_cpu", "teardown discovery cpu"),
+            ("discovery_plan", "teardown plan (in module)")]
+    head = ["extra processes", "processes on the host"]
+    for _key, title in keys:
+        head += ([title + " (baseline)"] if base else []) + [title]
+    rows = []
+    for n in data["sizes"]:
+        sel = [r for r in data["growth"] if r["extra"] == n]
+        row = ["+%d" % n, sel[0]["procs_on_host"] if sel else "-"]
+        for key, _title in keys:
+            for k in (["base_" + key] if base else []) + [key]:
+                row.append(C.fmt_s(C.median(r.get(k) for r in sel)))
+        rows.append(row)
+    return C.md_table(head, rows)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
+    parser.add_argument("--quick", action="store_true", help="+0/+200/+2000, one run each")
+    parser.add_argument("--runs", type=int, help="runs per size (default 3, --quick 1)")
+    parser.add_argument("--sizes", help="comma list of extra process counts (default 0,200,2000,5000)")
+    parser.add_argument("--baseline", help="another checkout (its collections/ dir is used) measured alongside")
+    parser.add_argument("--no-introspection", action="store_true", help="skip the cached-introspection runs")
+    opts = parser.parse_args(argv)
+    sizes = [int(x) for x in opts.sizes.split(",")] if opts.sizes else None
+    started = time.time()
+    data = run(opts.quick, opts.baseline, sizes, opts.runs, not opts.no_introspection)
+    print("\nCost growth, median of %d runs per size, %s, load average at the end %s, %.0f s:\n"
+          % (data["runs"], C.machine().get("cpu", ""), "/".join("%.2f" % x for x in os.getloadavg()),
+             time.time() - started))
+    print(comparison(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

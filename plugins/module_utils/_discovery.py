@@ -18,12 +18,14 @@ import re
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _redact
 from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import _venv_root_of
-from ansible_collections.llmops.sglang.plugins.module_utils._ports import Listener, listeners_by_pid
 from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, redact_env
+
+if TYPE_CHECKING:  # imported where used: a host without servers never compiles the port reader
+    from ansible_collections.llmops.sglang.plugins.module_utils._ports import Listener
 
 try:
     import psutil
@@ -272,7 +274,7 @@ def find_servers(procs: Optional[Dict[int, _procs.Proc]] = None, with_ports: boo
         server.members.append(Member(proc, role, reason))
         assigned[pid] = -1
     out = list(servers.values()) + list(orphans.values())
-    socks = listeners_by_pid(sorted(p for p in assigned)) if with_ports and out else []
+    socks = _listeners_by_pid(sorted(p for p in assigned)) if with_ports and out else []
     if orphans and socks:
         out = _merge_by_socket(out, socks)
     for server in out:
@@ -289,6 +291,12 @@ def find_servers(procs: Optional[Dict[int, _procs.Proc]] = None, with_ports: boo
     if with_ports and out:
         attach_listeners(out, socks)
     return out
+
+
+def _listeners_by_pid(pids: Iterable[int]) -> List["Listener"]:
+    from ansible_collections.llmops.sglang.plugins.module_utils._ports import listeners_by_pid
+
+    return listeners_by_pid(pids)
 
 
 def _merge_by_socket(servers: List[Server], socks: List[Listener]) -> List[Server]:
@@ -313,7 +321,7 @@ def _merge_by_socket(servers: List[Server], socks: List[Listener]) -> List[Serve
 def attach_listeners(servers: List[Server], socks: Optional[List[Listener]] = None) -> None:
     """One pass over /proc/net/tcp{,6} and the members' fd tables for all servers at once."""
     owner: Dict[int, Server] = {pid: s for s in servers for pid in s.pids}
-    for listener in (socks if socks is not None else listeners_by_pid(owner)):
+    for listener in (socks if socks is not None else _listeners_by_pid(owner)):
         for pid in listener.pids:
             server = owner.get(pid)
             if server is not None:

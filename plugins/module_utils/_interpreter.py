@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -142,18 +143,27 @@ def _check_executable(path: str) -> None:
         raise SglangError("python %s is not executable" % path, reason="python_not_executable", path=path)
 
 
-def _run_probe(path: str, timeout: float) -> Dict[str, Any]:
+def _start_probe(path: str) -> "subprocess.Popen[bytes]":
     try:
-        proc = subprocess.run([path, "-c", _PROBE_SCRIPT], capture_output=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, cwd="/", check=False)
-    except subprocess.TimeoutExpired:
-        raise SglangError("python %s did not answer within %.0f s" % (path, timeout),
-                          reason="python_timeout", path=path)
+        return subprocess.Popen([path, "-c", _PROBE_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, cwd="/")
     except OSError as exc:  # ENOEXEC: a text/binary file that is no program
         raise SglangError("%s cannot be executed as a Python interpreter: %s"
                           % (path, exc.strerror or exc), reason="not_python", path=path)
-    stdout = proc.stdout.decode("utf-8", "replace")
-    stderr = proc.stderr.decode("utf-8", "replace").strip()
+
+
+def _finish_probe(path: str, proc: "subprocess.Popen[bytes]", timeout: float, deadline: float) -> Dict[str, Any]:
+    """The probe's answer; `deadline` (monotonic) counts from its start, but a probe that has
+    answered while the caller did other work is never timed out for that."""
+    try:
+        out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.5))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise SglangError("python %s did not answer within %.0f s" % (path, timeout),
+                          reason="python_timeout", path=path)
+    stdout = out.decode("utf-8", "replace")
+    stderr = err.decode("utf-8", "replace").strip()
     start, end = stdout.find(_BEGIN), stdout.find(_END)
     if proc.returncode != 0 or start < 0 or end < start:
         detail = stderr or stdout.strip()
@@ -191,9 +201,22 @@ def _mtime(*paths: Optional[str]) -> Optional[float]:
     return best
 
 
-def resolve(venv: Optional[str] = None, python: Optional[str] = None, timeout: float = 30) -> Interpreter:
-    """The interpreter to run; default: the python running this module (sys.executable is the
-    ansible-chosen one on a managed host). Missing sglang is data, not an error."""
+class Resolving:
+    """An interpreter probe under way (`start`): `result()` waits for its answer. The probe
+    module reads the process table meanwhile instead of waiting for the interpreter to start."""
+
+    def __init__(self, venv: Optional[str], path: str, timeout: float) -> None:
+        self.venv, self.path, self.timeout = venv, path, timeout
+        self._deadline = time.monotonic() + timeout
+        self._proc = _start_probe(path)
+
+    def result(self) -> "Interpreter":
+        return _interpreter(self.venv, self.path, _finish_probe(self.path, self._proc, self.timeout, self._deadline))
+
+
+def start(venv: Optional[str] = None, python: Optional[str] = None, timeout: float = 30) -> Resolving:
+    """resolve(), started: a bad venv or python raises here, the probe's answer comes with
+    result()."""
     if venv and python:
         raise SglangError("venv and python are mutually exclusive", reason="bad_input")
     if venv:
@@ -204,7 +227,17 @@ def resolve(venv: Optional[str] = None, python: Optional[str] = None, timeout: f
         import sys
         path = os.path.abspath(sys.executable)
     _check_executable(path)
-    data = _run_probe(path, timeout)
+    return Resolving(venv, path, timeout)
+
+
+def resolve(venv: Optional[str] = None, python: Optional[str] = None, timeout: float = 30) -> Interpreter:
+    """The interpreter to run; default: the python running this module (sys.executable is the
+    ansible-chosen one on a managed host). Missing sglang is data, not an error."""
+    return start(venv, python, timeout).result()
+
+
+def _interpreter(venv: Optional[str], path: str, data: Dict[str, Any]) -> Interpreter:
+    """The Interpreter from the probe's answer `data` for `path`."""
     root = os.path.abspath(os.path.expanduser(venv)) if venv else _venv_root_of(path)
     if root is None and data.get("prefix") and data.get("prefix") != data.get("base_prefix"):
         root = data["prefix"]

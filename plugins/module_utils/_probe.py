@@ -14,12 +14,12 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _deps, _diagnosis, _flagcheck
+from ansible_collections.llmops.sglang.plugins.module_utils import _deps, _diagnosis
 from ansible_collections.llmops.sglang.plugins.module_utils import _probe_report
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import (
-    DEFAULT_SEARCH_PATHS, discover, in_use, resolve, untrusted_install)
-from ansible_collections.llmops.sglang.plugins.module_utils._introspect import flag_lookup, introspect
+    DEFAULT_SEARCH_PATHS, Resolving, discover, in_use, untrusted_install)
+from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import start as start_resolve
 from ansible_collections.llmops.sglang.plugins.module_utils._record import default_state_dir, read_json
 from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, redact_tree
 
@@ -238,7 +238,13 @@ def with_containment(servers: List[Dict[str, Any]], records: List[Dict[str, Any]
 
 # --- flags ---------------------------------------------------------------------------------------
 
+# Imported where used: only a probe asked about flags compiles the CLI reader (modules are
+# compiled from source on every run).
+
 def select_flags(all_flags: Dict[str, Dict[str, Any]], names: List[str]) -> Tuple[Dict[str, Any], List[str]]:
+    from ansible_collections.llmops.sglang.plugins.module_utils import _flagcheck
+    from ansible_collections.llmops.sglang.plugins.module_utils._introspect import flag_lookup
+
     picked, absent = {}, []
     for name in names:
         entry = flag_lookup(all_flags, name)
@@ -251,6 +257,9 @@ def select_flags(all_flags: Dict[str, Dict[str, Any]], names: List[str]) -> Tupl
 
 def _flags(p: Dict[str, Any], interp: Any, state_dir: str, result: Dict[str, Any]) -> None:
     """Introspect THAT sglang; with `flags`, answer each question yes or no."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _flagcheck
+    from ansible_collections.llmops.sglang.plugins.module_utils._introspect import introspect
+
     intro = introspect(interp, cache_dir=os.path.join(state_dir, "introspect-cache"), timeout=p["introspect_timeout"])
     flags = intro.pop("flags")
     if p["flags"]:
@@ -307,7 +316,10 @@ def check_params(p: Dict[str, Any]) -> None:
     for port in p["ports"] or []:
         if not 1 <= port <= 65535:
             raise SglangError("port %d is not in 1..65535" % port, reason="bad_input")
-    _flagcheck.questions(p["flags"])
+    if p["flags"] is not None:
+        from ansible_collections.llmops.sglang.plugins.module_utils import _flagcheck
+
+        _flagcheck.questions(p["flags"])
 
 
 def _asked_python(p: Dict[str, Any]) -> str:
@@ -328,14 +340,21 @@ def run(p: Dict[str, Any], warn: Warn) -> Tuple[Dict[str, Any], Optional[SglangE
     user = _user(os.geteuid())
     server_user = p["server_user"] or user
     _dependencies(p, result, warn)
+    # The interpreter answers from a process of its own: the table is read while it starts.
     try:
-        interp = resolve(venv=p["venv"], python=p["python"])
-        result["interpreter"] = interp.to_dict()
+        resolving: Optional[Resolving] = start_resolve(venv=p["venv"], python=p["python"])
     except SglangError as exc:
-        interp, failure = None, exc
-
+        resolving, failure = None, exc
     now = time.time()
     table = readable(unavailable, "servers (the process table)", processes, None)
+    interp: Any = None
+    if resolving is not None:
+        try:
+            interp = resolving.result()
+            result["interpreter"] = interp.to_dict()
+        except SglangError as exc:
+            failure = exc
+
     procs, servers = table if table is not None else ({}, [])
     # Environments only of this user's servers: root can read anyone's, and must not hand them out.
     result["servers"] = [s.to_dict(now, [user]) for s in servers]

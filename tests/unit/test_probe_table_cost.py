@@ -130,3 +130,55 @@ def test_a_row_whose_process_exited_reads_as_gone():
     row = procs[child.pid]
     assert row.cmdline == ["sleep", "600"]
     assert row.state == "X" and row.is_zombie and row.uid == -1 and row.pgid == 0
+
+
+def _params(tmp_path, **kw) -> Dict[str, object]:
+    p: Dict[str, object] = dict(venv=None, python=sys.executable, search_paths=[str(tmp_path / "none")],
+                                introspect=False, flags=None, detail=False, introspect_timeout=30, ports=None,
+                                api_key=None, server_user=None, http_timeout=5, gpu_backend="none",
+                                shm_dir=str(tmp_path), state_dir=str(tmp_path / "state"))
+    p.update(kw)
+    return p
+
+
+def test_the_interpreter_answers_while_the_table_is_read(monkeypatch, tmp_path):
+    """The asked interpreter's probe is a process of its own: it is started before the process
+    table is read and collected afterwards, not waited for first."""
+    me = psutil.Process()
+    before = {c.pid for c in me.children()}
+    running: List[int] = []
+    real = _probe.processes
+
+    def processes():
+        running.extend(c.pid for c in me.children() if c.pid not in before)
+        return real()
+    monkeypatch.setattr(_probe, "processes", processes)
+    result, failure = _probe.run(_params(tmp_path), lambda msg: None)
+    assert failure is None
+    assert result["interpreter"]["python_version"] == "%d.%d.%d" % sys.version_info[:3]
+    assert running, "the interpreter was asked only after the process table"
+    assert not [c for c in me.children() if c.pid in running], "the interpreter's probe was not reaped"
+
+
+def test_a_bad_interpreter_still_fails_after_the_table(tmp_path):
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\necho broken >&2\nexit 3\n")
+    script.chmod(0o755)
+    result, failure = _probe.run(_params(tmp_path, python=str(script)), lambda msg: None)
+    assert failure is not None and failure.details["reason"] == "python_failed" and "broken" in failure.msg
+    assert result["interpreter"] is None and isinstance(result["servers"], list)
+
+
+def test_a_plain_probe_compiles_neither_the_flag_reader_nor_the_port_reader():
+    """Modules are compiled from source on every run (AnsiballZ ships no bytecode): the flag
+    reader (_flagcheck, _introspect) is imported only for flags/introspect, the port reader
+    (_ports) only when there are servers or ports to look at."""
+    from helpers.fixtures import COLLECTIONS
+
+    code = ("import sys\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils import _probe, _discovery\n"
+            "print(sorted(m.rsplit('.', 1)[-1] for m in sys.modules if m.rsplit('.', 1)[-1] in "
+            "('_flagcheck', '_introspect', '_ports')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=COLLECTIONS))
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
