@@ -39,9 +39,12 @@ FOREIGN_ERROR = "port 8000 is held by pid 700 (user alice: python3 -m http.serve
                 "an sglang server of user root: nothing was stopped"
 
 
-def facts(check_mode: bool, **kw: Any) -> Facts:
+def facts(check_mode: bool, *situations: Dict[str, Any], **kw: Any) -> Facts:
+    """The request of INPUTS, in the situations given (later ones win), then `kw`."""
     base: Dict[str, Any] = dict(name="serving", host="127.0.0.1", port=PORT, check_mode=check_mode,
                                 fingerprint="fp-new", inputs=INPUTS)
+    for situation in situations:
+        base.update(situation)
     base.update(kw)
     return Facts(**base)
 
@@ -86,13 +89,13 @@ TABLE = [
 @pytest.mark.parametrize("situation,kw,check_mode,action,reason,changed", TABLE,
                          ids=["%s-%s" % (row[0], "check" if row[2] else "real") for row in TABLE])
 def test_decision_table(situation, kw, check_mode, action, reason, changed):
-    d = decide(facts(check_mode, **kw))
+    d = decide(facts(check_mode, kw))
     assert (d.action, d.reason, d.changed) == (action, reason, changed)
     assert d.message
     # A refusal always says why (the task's message); nothing else fails.
     assert (d.failure is not None) == (action == REFUSE)
     # The diff: the requested server after, the running one (if any) before, other holders first.
-    assert d.diff["after"] == _text(facts(check_mode, **kw).inputs)
+    assert d.diff["after"] == _text(facts(check_mode, kw).inputs)
     before = kw["record"]["fingerprint_inputs"] if kw.get("running") else None
     others = [h for h in kw.get("holders", ()) if not h["instance"]]
     assert d.diff["before"].endswith(_text(before))
@@ -108,36 +111,36 @@ def _text(inputs: Optional[Dict[str, Any]]) -> str:
 def test_first_launch_says_would_be_in_check_mode_and_was_for_real():
     assert decide(facts(True)).message == "no launch record: a server would be started"
     assert decide(facts(False)).message == "no launch record: a server was started"
-    assert decide(facts(True, **STALE)).message == "the recorded server is gone: a server would be started"
+    assert decide(facts(True, STALE)).message == "the recorded server is gone: a server would be started"
     assert decide(facts(True)).diff["before"] == ""
 
 
 def test_running_reports_the_record_and_warns_about_another_holder():
-    quiet = decide(facts(False, **RUNNING))
+    quiet = decide(facts(False, RUNNING))
     assert quiet.current == RECORD and quiet.blockers == () and quiet.warnings == ()
     assert quiet.message == "instance 'serving' is running (pid 4242) with the requested configuration: nothing to do"
-    shared = decide(facts(False, **dict(RUNNING, holders=(OURS, SGLANG))))
+    shared = decide(facts(False, RUNNING, holders=(OURS, SGLANG)))
     assert shared.blockers == ("port 8000 is also held by %s" % _preflight.describe_holders([SGLANG]),)
     assert shared.warnings == ("instance 'serving' is running but port 8000 is also held by %s"
                                % _preflight.describe_holders([SGLANG]),)
 
 
 def test_config_changed_lists_each_difference():
-    plan = decide(facts(True, **CHANGED))
+    plan = decide(facts(True, CHANGED))
     assert plan.changes == ({"key": "args.--reasoning-parser", "before": "qwen3", "after": "kimi_k2"},)
     assert "'qwen3' -> 'kimi_k2'" in plan.message and plan.current["fingerprint"] == "fp-old"
     assert '"--reasoning-parser": "qwen3"' in plan.diff["before"]
     assert '"--reasoning-parser": "kimi_k2"' in plan.diff["after"]
-    real = decide(facts(False, **CHANGED))
+    real = decide(facts(False, CHANGED))
     assert real.failure == real.message + "; stop it first with sglang_teardown - sglang_launch never stops a server"
 
 
 def test_unresponsive_names_the_stopped_server_and_keeps_the_probe():
-    plan = decide(facts(True, **dict(RUNNING, probe=HUNG)))
+    plan = decide(facts(True, RUNNING, probe=HUNG))
     assert plan.probe == HUNG and plan.changes is None
     assert plan.message == ("instance 'serving' (pid 4242, stopped (state T)) runs the requested configuration but "
                             "did not answer /v1/models within 5 s: it must be replaced")
-    hung = decide(facts(False, **dict(RUNNING, probe=dict(HUNG, state="S", timeout=0.5))))
+    hung = decide(facts(False, RUNNING, probe=dict(HUNG, state="S", timeout=0.5)))
     assert "(pid 4242)" in hung.message and "within 0.5 s" in hung.message and "sglang_teardown" in hung.failure
 
 
@@ -153,7 +156,7 @@ def test_port_busy_names_the_holder_and_the_foreign_label_reaches_the_diff():
 
 
 def test_preflight_failure_joins_every_error_and_keeps_the_diff():
-    d = decide(facts(True, **dict(RUNNING, preflight_errors=("a", "b"), preflight_reason="no_space")))
+    d = decide(facts(True, RUNNING, preflight_errors=("a", "b"), preflight_reason="no_space"))
     assert d.failure == d.message == "preflight failed: a; b" and d.reason == "no_space"
     assert d.current is None and d.blockers == ()
     assert d.diff["before"] == _text(INPUTS)
@@ -177,7 +180,7 @@ def test_cgroup_busy_is_the_blocker():
     (dict(RUNNING, preflight_errors=("x",)), False, False),
 ])
 def test_probe_and_cgroup_are_read_only_when_the_decision_needs_them(kw, probe, cgroup):
-    f = facts(True, **kw)
+    f = facts(True, kw)
     assert (_launch_plan.wants_probe(f), _launch_plan.wants_containment_check(f)) == (probe, cgroup)
 
 
@@ -194,13 +197,13 @@ def test_outcome_is_the_module_result_of_a_decision():
                                                              "unit": None}}
     report = _preflight.Report()
     report.ok("port_free", "port 8000 is held by instance 'serving' itself (pid 4242)")
-    shared = decide(facts(True, **dict(RUNNING, holders=(OURS, SGLANG))))
+    shared = decide(facts(True, RUNNING, holders=(OURS, SGLANG)))
     result = _launch_exec.outcome(base, report, shared, diff=False)
     assert result["reason"] == "running" and result["changed"] is False and result["pid"] == 4242
     assert result["record"] == RECORD and result["containment"]["backend"] == "cgroup"
     assert result["preflight"]["warnings"] == list(shared.warnings) and "diff" not in result
     assert "changes" not in result and "probe" not in result and report.warnings == []
-    changed = _launch_exec.outcome(base, report, decide(facts(True, **CHANGED)), diff=True)
+    changed = _launch_exec.outcome(base, report, decide(facts(True, CHANGED)), diff=True)
     assert changed["changed"] is True and changed["changes"][0]["key"] == "args.--reasoning-parser"
     assert set(changed["diff"]) == {"before", "after", "before_header", "after_header"}
 
