@@ -46,11 +46,6 @@ options:
     description: Instance name; the lock is C(<state_dir>/<name>.restart.lock).
     type: str
     required: true
-  state_dir:
-    description:
-      - State directory of the instance. Default C(/var/lib/llmops-sglang) as root, else
-        C(~/.local/state/llmops-sglang).
-    type: path
   state:
     description: V(present) takes the lock, V(absent) releases it.
     type: str
@@ -82,6 +77,8 @@ options:
   takeover_reason:
     description: Set by the action plugin - why the old holder is gone, returned in RV(taken_over).
     type: str
+extends_documentation_fragment:
+  - llmops.sglang.common.state_dir
 notes:
   - Supports check mode and diff (the holder line before and after).
   - Failure reasons - V(locked) (held by someone else; RV(holder), RV(age)), V(lock_failed)
@@ -160,7 +157,7 @@ reason:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _lock, _record
+from ansible_collections.llmops.sglang.plugins.module_utils import _lock, _options, _record
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 
@@ -209,9 +206,9 @@ def _run(module: AnsibleModule) -> dict:
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
+        argument_spec=_options.merged(
+            _options.STATE_DIR,
             name=dict(type="str", required=True),
-            state_dir=dict(type="path"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
             ttl=dict(type="float", default=0.0),
             force=dict(type="bool", default=False),

@@ -40,7 +40,8 @@ description:
     interpreter, listening ports (IPv4 and IPv6), instance name and (with O(detail)) the
     environment variables that matter (secrets redacted) - only for servers of the user the
     module runs as (another user's server environment is never shown).
-  - With O(ports), asks each port for C(/server_info) (fallback C(/get_server_info)) and
+  - With O(ports) (the TCP ports to query, and to report the holder of), asks each port for
+    C(/server_info) (fallback C(/get_server_info)) and
     C(/model_info); a port nobody answers on is reported in the result, not as a failure.
     With O(api_key), a port is asked only when every process holding it is a member of a
     recognised sglang server run by O(server_user); anything else gets no request at all and is
@@ -62,9 +63,10 @@ options:
   python:
     description:
       - Python interpreter to probe. A bare name such as C(python3) is looked up in C(PATH) once and
-        reported as an absolute path.
+        reported as an absolute path (unlike M(llmops.sglang.sglang_launch), which refuses one - the
+        probe only reads).
       - Mutually exclusive with O(venv).
-    type: str
+    type: path
   search_paths:
     description:
       - Glob patterns of directories (venvs, conda envs, prefixes or C(lib/python3.X) directories)
@@ -96,49 +98,31 @@ options:
       - Another user's server environment is not shown even then.
     type: bool
     default: false
-  introspect_timeout:
-    description: Seconds the introspection may take before it is reported as failed.
-    type: int
-    default: 180
-  ports:
-    description:
-      - TCP ports to query for C(/server_info) and C(/model_info), and to report the holder of.
-    type: list
-    elements: int
-  api_key:
-    description:
-      - API key sent as C(Authorization Bearer) to O(ports) - only to a port held by a recognised
-        sglang server (by process title, C(python -m sglang.launch_server) or C(sglang serve)
-        command line, or instance marker) of O(server_user) in the module's PID namespace. Never
-        shown in results.
-      - Every holder of the port must be wholly O(server_user)'s - real, effective and saved uids -
-        and run no setuid or setgid program; a process with only an sglang title (no command-line
-        main process, no launch record in O(state_dir) it belongs to) never counts.
-    type: str
   server_user:
     description:
       - The user whose sglang server may receive O(api_key). Default - the user this module runs as
         (the user C(sglang_launch) starts servers as).
+      - O(api_key) is sent to a port in O(ports) only when it is held by a recognised sglang server
+        (by process title, C(python -m sglang.launch_server) or C(sglang serve) command line, or
+        instance marker) of this user in the module's PID namespace. Every holder of the port must
+        be wholly this user's - real, effective and saved uids - and run no setuid or setgid
+        program; a process with only an sglang title (no command-line main process, no launch
+        record in O(state_dir) it belongs to) never counts.
     type: str
   http_timeout:
     description: Seconds each HTTP request to O(ports) may take.
     type: float
     default: 5
-  gpu_backend:
-    description:
-      - How GPUs are read. C(auto) tries NVML (nvidia-ml-py) and then C(nvidia-smi).
-    type: str
-    choices: [auto, nvml, nvidia-smi, none]
-    default: auto
   shm_dir:
     description: Shared memory directory scanned for sglang's files.
     type: path
     default: /dev/shm
-  state_dir:
-    description:
-      - State directory of the collection (launch records, introspection cache).
-      - Default C(/var/lib/llmops-sglang) as root, else C(~/.local/state/llmops-sglang).
-    type: path
+extends_documentation_fragment:
+  - llmops.sglang.common.state_dir
+  - llmops.sglang.common.gpu_backend
+  - llmops.sglang.common.api_key
+  - llmops.sglang.common.ports
+  - llmops.sglang.common.introspect_timeout
 attributes:
   check_mode:
     support: full
@@ -368,13 +352,9 @@ diagnosis:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _probe
+from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _options, _probe
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._redact import redact_result
-
-# _gpus.BACKENDS, not imported from there: _gpus needs the process layer (psutil), and the probe
-# must start (and say what it could not read) on a host without it.
-GPU_BACKENDS = ("auto", "nvml", "nvidia-smi", "none")
 
 
 def _body(module):
@@ -393,21 +373,19 @@ def _body(module):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
+        # _options imports nothing: the probe starts (and says what it could not read) on a host
+        # without psutil.
+        argument_spec=_options.merged(
+            _options.PYTHON, _options.INTROSPECT_TIMEOUT, _options.ports(), _options.API_KEY,
+            _options.GPU_BACKEND, _options.STATE_DIR,
             venv=dict(type="path"),
-            python=dict(type="str"),
             search_paths=dict(type="list", elements="str"),
             introspect=dict(type="bool", default=False),
             flags=dict(type="raw"),
             detail=dict(type="bool", default=False),
-            introspect_timeout=dict(type="int", default=180),
-            ports=dict(type="list", elements="int"),
-            api_key=dict(type="str", no_log=True),
             server_user=dict(type="str"),
             http_timeout=dict(type="float", default=5),
-            gpu_backend=dict(type="str", choices=list(GPU_BACKENDS), default="auto"),
             shm_dir=dict(type="path", default="/dev/shm"),
-            state_dir=dict(type="path"),
         ),
         mutually_exclusive=[("venv", "python")],
         supports_check_mode=True,

@@ -76,11 +76,6 @@ options:
       - Instance name; the launch record is read from O(state_dir)/C(<name>.json).
       - One of O(name) or O(record) is required.
     type: str
-  state_dir:
-    description:
-      - Directory holding the launch records.
-      - Defaults to C(/var/lib/llmops-sglang) as root, else C(~/.local/state/llmops-sglang).
-    type: path
   record:
     description:
       - The launch record itself (for example RV(llmops.sglang.sglang_launch#module:record)),
@@ -165,10 +160,6 @@ options:
     type: str
     choices: [none, health, health_generate]
     default: health
-  api_key:
-    description:
-      - The server's C(--api-key). Sent as a bearer token; never returned.
-    type: str
   node_rank:
     description:
       - Node rank of this host in a multi-node launch. Defaults to the record's C(node_rank), else V(0).
@@ -203,6 +194,9 @@ options:
         with RV(reason=ready_line_hidden) instead of waiting for a line that never comes.
     type: bool
     default: true
+extends_documentation_fragment:
+  - llmops.sglang.common.state_dir
+  - llmops.sglang.common.api_key
 attributes:
   check_mode:
     support: full
@@ -433,7 +427,7 @@ from typing import Any, Dict, List, Optional
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _logpatterns, _readiness, _record
+from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _logpatterns, _options, _readiness, _record
 from ansible_collections.llmops.sglang.plugins.module_utils import _timeline_store
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
@@ -442,9 +436,9 @@ SLICE_MAX_S = 600.0
 
 
 def argument_spec() -> Dict[str, Any]:
-    return dict(
+    return _options.merged(
+        _options.STATE_DIR, _options.API_KEY,
         name=dict(type="str"),
-        state_dir=dict(type="path"),
         record=dict(type="dict"),
         timeout=dict(type="float", default=1200.0),
         poll_interval=dict(type="float", default=0.2),
@@ -456,7 +450,6 @@ def argument_spec() -> Dict[str, Any]:
         settle=dict(type="float", default=_readiness.SETTLE_DEFAULT_S),
         expect=dict(type="dict"),
         health=dict(type="str", default="health", choices=list(_readiness.HEALTH_CHOICES)),
-        api_key=dict(type="str", no_log=True),
         node_rank=dict(type="int"),
         require_ready_line=dict(type="bool", default=True),
         slice_seconds=dict(type="float"),

@@ -192,13 +192,15 @@ from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _router
+from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _options, _router
 
 
 def argument_spec() -> Dict[str, Any]:
-    return dict(
+    # api_key: the shared spec; its documentation stays the module's own (the router's key, not a
+    # server's, which is what the shared fragment describes).
+    return _options.merged(
+        _options.API_KEY,
         router_url=dict(type="str", required=True),
-        api_key=dict(type="str", no_log=True),
         worker_url=dict(type="str"),
         state=dict(type="str", default="listed", choices=list(_router.STATES)),
         wait=dict(type="bool", default=True),
