@@ -7,7 +7,7 @@ fatal lists (module options); the phase list is informational and never decides 
 from __future__ import annotations
 
 import re
-from typing import Iterable, List, Optional, Pattern, Sequence, Tuple
+from typing import Any, Iterable, List, Mapping, Optional, Pattern, Sequence, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
@@ -155,6 +155,16 @@ def first_match(line: str, patterns: Sequence[Pattern[str]]) -> Optional[str]:
 def is_quiet_level(level: object) -> bool:
     """Is the log level too quiet to show INFO lines (the ready line)? Case and spaces ignored."""
     return isinstance(level, str) and level.strip().lower() in QUIET_LEVELS
+
+
+def quiet_flag(args: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
+    """(flag, level) of the first log-level flag of a launch's args mapping (`--log-level`:
+    value, as the launch module takes them) that hides INFO lines, else None."""
+    for flag in LOG_LEVEL_FLAGS:
+        value = args.get(flag)
+        if is_quiet_level(value):
+            return flag, str(value)
+    return None
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> Optional[str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _cliargs, _gpus, _interpreter, _introspect, _portowner, _ports, _procs, _record, _redact)
+    _cliargs, _gpus, _interpreter, _introspect, _logpatterns, _portowner, _ports, _procs, _record, _redact)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 ENTRYPOINTS = ("auto", "launch_server", "serve")
@@ -122,7 +122,7 @@ def check_args(report: Report, args: Optional[Mapping[str, Any]]) -> Dict[str, A
 
 
 def check_log_level(report: Report, args: Mapping[str, Any], allow: bool) -> None:
-    quiet = _cliargs.quiet_log_level(args)
+    quiet = _logpatterns.quiet_flag(args)  # the one rule: sglang_ready judges the log by it too
     if quiet is None:
         return
     flag, level = quiet

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _interpreter, _preflight
+from ansible_collections.llmops.sglang.plugins.module_utils import _interpreter, _logpatterns, _preflight
 
 
 def _report():
@@ -62,6 +62,23 @@ def test_log_level_refused_unless_allowed():
     report = _report()
     _preflight.check_log_level(report, {"--log-level": "warning"}, allow=True)
     assert not report.errors and report.warnings
+
+
+@pytest.mark.parametrize("args", [{"--log-level": "warn"}, {"--log-level-http": "FATAL"}, {"--log-level": " Error "}])
+def test_log_level_too_quiet_by_the_one_rule_readiness_uses(args):
+    # "warn" is Python logging's alias of warning: the ready line is hidden, and sglang_ready
+    # says so (_logpatterns.quiet_log_levels); the preflight must refuse it too
+    report = _report()
+    _preflight.check_log_level(report, args, allow=False)
+    assert report.errors and "hides the INFO line" in report.errors[0]
+    argv = [part for flag, value in args.items() for part in (flag, value)]
+    assert any(_logpatterns.quiet_log_levels(argv))
+
+
+def test_log_level_info_is_not_quiet():
+    report = _report()
+    _preflight.check_log_level(report, {"--log-level": "info", "--log-level-http": "debug"}, allow=False)
+    assert not report.errors and not report.warnings
 
 
 def test_model_path_cases(tmp_path):
