@@ -105,12 +105,12 @@ def describe_cmdline(argv: Sequence[str], comm: Optional[str] = None, limit: int
     return text
 
 
-def describe_process(proc: Any, **extra: Any) -> Dict[str, Any]:
+def describe_process(proc: Any, limit: int = 0, **extra: Any) -> Dict[str, Any]:
     """The one description of a process for messages and results: pid, name, user and its
-    command line as one string, secrets masked (`[comm]` when it has none), plus `extra`.
-    `proc` is a _procs.Proc (pid, comm, user, cmdline)."""
+    command line as one string, secrets masked (`[comm]` when it has none; cut to `limit`
+    characters when > 0), plus `extra`. `proc` is a _procs.Proc (pid, comm, user, cmdline)."""
     out: Dict[str, Any] = {"pid": proc.pid, "name": proc.comm, "user": proc.user,
-                           "cmdline": describe_cmdline(proc.cmdline, proc.comm)}
+                           "cmdline": describe_cmdline(proc.cmdline, proc.comm, limit)}
     out.update(extra)
     return out
 

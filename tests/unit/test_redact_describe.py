@@ -41,3 +41,27 @@ def test_redact_result_masks_keys_argv_lists_text_and_literals():
     assert out["server_info"]["args"]["api_key"] == MASK
     assert out["count"] == 3 and out["flag"] is True and out["none"] is None
     assert result["port_holder"][0]["cmdline"][2] == "k3y-old"  # a copy: the input is untouched
+
+
+def test_one_deep_redaction_behind_every_name():
+    # sglang_ready's verdict, the probe's server_info and every module result: one walk
+    data = {"servers": [{"argv": ["srv", "--api-key", "k3y-old"], "env": {"HF_TOKEN": "x"}}],
+            "info": {"hf_token": "hf_x", "nested": [{"admin_api_key": "k3y-old"}]},
+            "line": "Bearer k3y-old and lit3ral-secret"}
+    deep = _redact.redact_deep(data, ["lit3ral-secret"])
+    assert deep == _redact.redact_tree(data, secrets=["lit3ral-secret"])
+    assert deep == _redact.redact_result(data, ["lit3ral-secret"])
+    text = json.dumps(deep)
+    assert "k3y-old" not in text and "hf_x" not in text and "lit3ral-secret" not in text
+
+
+def test_describe_process_is_the_one_process_description():
+    from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+    proc = _procs.Proc(pid=42, ppid=1, pgid=42, sid=42, comm="srv", state="S", uid=0, start_time=1.0,
+                       cmdline=["srv --api-key k3y-old --port 1"])
+    out = _redact.describe_process(proc, address="0.0.0.0")
+    assert out == {"pid": 42, "name": "srv", "user": proc.user, "cmdline": "srv --api-key %s --port 1" % MASK,
+                   "address": "0.0.0.0"}
+    assert _redact.describe_process(proc, limit=10)["cmdline"] == "srv --a..."
+    kthread = _procs.Proc(pid=2, ppid=0, pgid=0, sid=0, comm="kthreadd", state="S", uid=0, start_time=1.0)
+    assert _redact.describe_process(kthread)["cmdline"] == "[kthreadd]"
