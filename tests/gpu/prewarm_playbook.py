@@ -26,7 +26,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,9 +63,9 @@ def figures(run: Dict[str, Any]) -> Dict[str, Any]:
         out["ready_task_s"] = round(ready["time"] - ready["task_start"], 3)
     if prewarm:
         r = prewarm["result"]
-        out["prewarm"] = {k: r.get(k) for k in ("changed", "bytes", "read_bytes", "files", "seconds", "gbps",
-                                                 "resident_before_pct", "resident_after_pct", "complete",
-                                                 "stopped")}
+        keys = ("changed", "bytes", "read_bytes", "files", "seconds", "gbps", "resident_before_pct",
+                "resident_after_pct", "complete", "stopped")
+        out["prewarm"] = {k: r.get(k) for k in keys}
         out["prewarm"]["task_s"] = round(prewarm["time"] - prewarm["task_start"], 3)
     log_path = (launch or {}).get("result", {}).get("log_path")
     if log_path:
