@@ -508,32 +508,6 @@ def diff_of(plan: Plan, result: Dict[str, object]) -> Dict[str, str]:
             "after": "\n".join(after_procs + ["file " + f for f in after_files]) + "\n"}
 
 
-def execute(plan: Plan, opts: Options) -> Dict[str, object]:
-    """Stop the targets and prove it: the result, or SglangError with the reason set by the
-    phase that found the failure and the whole result as details. Releases the plan's
-    descriptors when done."""
-    try:
-        run = Run(targets=dict(plan.targets), handles=dict(plan.handles))
-        if plan.contained:
-            _stop_contained(plan, opts, run)
-        _term(plan, opts, run)
-        _kill(plan, opts, run)
-        survivors, d_state = _leftovers(run)
-        t = time.monotonic()
-        stopped = set(run.targets) | (run.cg["pids"] if run.cg else set())  # type: ignore[operator]
-        ports_after, gpu_left, report = _verify(plan, opts, stopped, run.deadline)
-        run.timings["verify"] = round(time.monotonic() - t, 3)
-        ok = not survivors and not ports_after and not gpu_left and not run.errors
-        files = _clean(plan, opts, ok, run)
-        result = _result(plan, run, survivors, d_state, files)
-        result.update(ports_after=ports_after, gpu_processes_left=gpu_left,
-                      gpus_after=_gpus_after(report, plan.scope.gpus) if report else [])
-        _raise_on_failure(result, opts, run.errors)
-        return result
-    finally:
-        plan.close()
-
-
 @dataclass
 class Run:
     """What the acting phases share: the targets (planned and adopted) with their pidfds, how
@@ -547,6 +521,42 @@ class Run:
     timings: Dict[str, float] = field(default_factory=dict)
     cg: Optional[Dict[str, object]] = None
     deadline: float = 0.0     # end of `timeout` after the grace period (SIGKILL, ports, GPUs)
+
+
+def execute(plan: Plan, opts: Options) -> Dict[str, object]:
+    """Stop the targets and prove it: the result, or SglangError with the reason set by the
+    phase that found the failure and the whole result as details. Releases the plan's
+    descriptors (and the pidfds of processes adopted on the way) when done."""
+    run = Run(targets=dict(plan.targets), handles=dict(plan.handles))
+    try:
+        if plan.contained:
+            _stop_contained(plan, opts, run)
+        _term(plan, opts, run)
+        _kill(plan, opts, run)
+        survivors, d_state = _leftovers(run)
+        ports_after, gpu_left, report = _verify_phase(plan, opts, run)
+        ok = not survivors and not ports_after and not gpu_left and not run.errors
+        files = _clean(plan, opts, ok, run)
+        result = _result(plan, run, survivors, d_state, files)
+        result.update(ports_after=ports_after, gpu_processes_left=gpu_left,
+                      gpus_after=_gpus_after(report, plan.scope.gpus) if report else [])
+        _raise_on_failure(result, opts, run.errors)
+        return result
+    finally:
+        for pid, handle in run.handles.items():
+            if pid not in plan.handles:
+                handle.close()
+        plan.close()
+
+
+def _verify_phase(plan: Plan, opts: Options, run: Run
+                  ) -> Tuple[List[Dict[str, object]], Dict[int, Dict[int, Optional[int]]], Optional[_gpus.GpuReport]]:
+    """Phase 3: ports and GPUs free of every target, within the same deadline as SIGKILL."""
+    t = time.monotonic()
+    stopped = set(run.targets) | (run.cg["pids"] if run.cg else set())  # type: ignore[operator]
+    found = _verify(plan, opts, stopped, run.deadline)
+    run.timings["verify"] = round(time.monotonic() - t, 3)
+    return found
 
 
 _CGROUP_ENDED = {"gone before SIGTERM": "already-gone"}
