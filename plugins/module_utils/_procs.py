@@ -7,9 +7,9 @@ fixes it when it lists a process (`Process.create_time()`, epoch seconds from th
 store it.
 
 A table row reads only the command line when it is listed (what decides whether a process can
-be sglang at all) and the rest on first use: parent, name and state together (one psutil read,
-which also checks the pid against reuse), group and session, uid, start time, the kernel-thread
-flag. The probe and the launcher need those for a handful of processes out of thousands; a full
+be sglang at all) and the rest on first use, each field on its own: state, name, the parent
+(psutil's ppid(), which also checks the pid against reuse), group and session, uid, start time,
+the kernel-thread flag. The probe and the launcher need those for a handful of processes out of thousands; a full
 psutil row for every process cost three reads of /proc/PID/stat each.
 
 Read from /proc by hand only what psutil has no API for, each said where it is done: the PID
@@ -95,7 +95,7 @@ class _Row(Proc):
     """A process as psutil listed it: the command line from the listing, the other fields read
     on first use through the psutil handle taken with the row. Its creation time was fixed when
     it was listed, so `start_time` is the listed process's even if the pid has been reused since;
-    parent, name and state come from psutil's ppid(), which checks the pid against reuse. A row
+    the parent comes from psutil's ppid(), which checks the pid against reuse. A row
     whose process has exited (or whose pid was reused) since the listing reads state X (gone),
     uid -1, group and session 0. Signals never trust a row: they go through pidfds checked
     against `start_time` (_pidfd)."""
@@ -117,16 +117,39 @@ class _Row(Proc):
             self._set_stat(info)
 
     def _set_stat(self, info: Dict[str, Any]) -> None:
-        self._ppid = int(info.get("ppid") or 0)
+        if "ppid" in info:
+            self._ppid = int(info.get("ppid") or 0)
         self._comm = info.get("name") or ""
         self._state = _STATE.get(info.get("status") or "", "?")
 
-    def _read_stat(self) -> None:
+    def _read_state(self) -> None:
         if self._state is None:
             try:
-                self._set_stat(self._handle.as_dict(attrs=["ppid", "name", "status"], ad_value=None))
+                self._state = _STATE.get(self._handle.status(), "?")
+            except psutil.Error:   # exited since it was listed
+                self._mark_gone()
+
+    def _read_comm(self) -> None:
+        if self._comm is None:
+            try:
+                self._comm = self._handle.name() or ""
+            except psutil.ZombieProcess:
+                self._comm = ""
+            except psutil.Error:   # exited since it was listed
+                self._mark_gone()
+
+    def _read_ppid(self) -> None:
+        if self._ppid is None:
+            try:
+                self._ppid = int(self._handle.ppid() or 0)
             except psutil.Error:   # exited, or its pid reused, since it was listed
-                self._ppid, self._comm, self._state = 0, "", "X"
+                self._mark_gone()
+
+    def _mark_gone(self) -> None:
+        """State X (gone); the fields not read yet keep their empty values."""
+        self._state = "X"
+        self._comm = "" if self._comm is None else self._comm
+        self._ppid = 0 if self._ppid is None else self._ppid
 
     def _read_group(self) -> None:
         if self._pgid is None:
@@ -137,7 +160,7 @@ class _Row(Proc):
 
     @property  # type: ignore[override]
     def ppid(self) -> int:
-        self._read_stat()
+        self._read_ppid()
         return self._ppid  # type: ignore[return-value]
 
     @ppid.setter
@@ -146,7 +169,7 @@ class _Row(Proc):
 
     @property  # type: ignore[override]
     def comm(self) -> str:
-        self._read_stat()
+        self._read_comm()
         return self._comm  # type: ignore[return-value]
 
     @comm.setter
@@ -155,7 +178,7 @@ class _Row(Proc):
 
     @property  # type: ignore[override]
     def state(self) -> str:
-        self._read_stat()
+        self._read_state()
         return self._state  # type: ignore[return-value]
 
     @state.setter
@@ -186,8 +209,8 @@ class _Row(Proc):
             try:
                 self._uid = int(self._handle.uids().effective)
             except psutil.NoSuchProcess:      # exited since it was listed
-                self._read_stat()
-                self._uid, self._state = -1, "X"
+                self._uid = -1
+                self._mark_gone()
             except psutil.Error:
                 self._uid = -1
         return self._uid

@@ -446,9 +446,12 @@ def attribute(scope: Scope, world: World) -> Attribution:
     pending: List[int] = []
     instances = world.instances if scope.name else []
     for proc in world.procs.values():
-        if proc.is_zombie or (not scope.all_users and proc.uid != world.euid):
+        if not scope.all_users and proc.uid != world.euid:
             continue
         env = world.environ(proc.pid)
+        # a zombie's environment reads empty: only then is its state worth a read
+        if not env and proc.is_zombie:
+            continue
         relation = _marker_relation(env, scope) if env else None
         if relation == "own":
             out[proc.pid] = ("own", scope.name, ["instance marker %s=%s in its environment"
@@ -515,20 +518,19 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
             other[pid] = instance or "?"
 
     for proc in world.procs.values():
-        if proc.is_zombie:
-            continue  # already gone: its memory and ports are released
+        # the command line first: the state (a read) only of a process it selects
+        why = _procs.sglang_reason(proc) if scope.sglang_processes else None
+        hit = _procs.matches_any(proc, scope.patterns) if scope.patterns else None
+        if not (why or hit) or proc.is_zombie:
+            continue  # a zombie is gone already: its memory and ports are released
         relation = attribution.get(proc.pid, ("unknown", None, []))[0]
-        if scope.sglang_processes:
-            why = _procs.sglang_reason(proc)
-            # With a name, a process of another instance is never swept by title: only
-            # unmarked (hand-started, like the incident's nohup server) or unattributable ones.
-            if why and not (scope.name is not None and relation == "other"):
-                propose(proc.pid, why)
-        if scope.patterns:
-            hit = _procs.matches_any(proc, scope.patterns)
-            if hit:
-                pattern_hits[proc.pid] = hit.split(" ", 2)[-1]  # the pattern's repr
-                propose(proc.pid, hit)
+        # With a name, a process of another instance is never swept by title: only
+        # unmarked (hand-started, like the incident's nohup server) or unattributable ones.
+        if why and not (scope.name is not None and relation == "other"):
+            propose(proc.pid, why)
+        if hit:
+            pattern_hits[proc.pid] = hit.split(" ", 2)[-1]  # the pattern's repr
+            propose(proc.pid, hit)
 
     # A listener that is never a target blocks the teardown only where it collides with the
     # instance's bind address (unknown without a record: then every one does); one beside it
@@ -644,7 +646,8 @@ def adoption_refusal(proc: _procs.Proc, scope: Scope, world: World, via_port: bo
 
 
 def _add_descendants(sel: Selection, scope: Scope, world: World, other: Dict[int, str]) -> None:
-    kids = _procs.children_map(world.procs)
+    # the parents of the processes below the targets only (a listed table reads no others)
+    kids = _procs.subtree_map(sel.targets, world.procs)
     stack = list(sel.targets)
     while stack:
         parent = stack.pop()
