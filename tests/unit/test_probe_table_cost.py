@@ -5,6 +5,7 @@ below a main). Live processes of this test only (children started here, killed h
 signalled by the code under test."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -182,3 +183,39 @@ def test_a_plain_probe_compiles_neither_the_flag_reader_nor_the_port_reader():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=dict(os.environ, PYTHONPATH=COLLECTIONS))
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# Runs as PID 1 of a private PID namespace (a pattern and title sweep sees only what it started):
+# the teardown's plan over idle processes that nothing selects.
+_PLAN = r"""
+import json, os, signal, subprocess, sys
+import psutil
+from ansible_collections.llmops.sglang.plugins.module_utils import _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
+
+sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(20)]
+asked = set()
+platform = psutil._psplatform.Process
+for name in ("ppid", "status", "name"):
+    real = getattr(platform, name)
+    def wrapper(self, *a, _real=real, **kw):
+        asked.add(self.pid)
+        return _real(self, *a, **kw)
+    setattr(platform, name, wrapper)
+scope = build_scope(None, None, [], [], ["zz-nothing-matches"], True, False, [], "fail", [])
+plan = _teardown.make_plan(scope, _teardown.Options(shm_cleanup=False, gpu_backend="none"))
+print(json.dumps({"targets": sorted(plan.targets), "read": sorted(asked & {s.pid for s in sleepers})}))
+"""
+
+
+def test_teardown_discovery_reads_no_state_or_parent_of_unselected_processes():
+    from helpers.fixtures import COLLECTIONS
+
+    if os.geteuid() != 0:
+        pytest.skip("a private PID namespace needs root")
+    out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable, "-c", _PLAN],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=COLLECTIONS),
+                         stdin=subprocess.DEVNULL, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert data == {"targets": [], "read": []}
