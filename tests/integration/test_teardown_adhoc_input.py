@@ -30,5 +30,5 @@ def test_adhoc_bad_input_fails_clearly(args, says, spec_error, tmp_path):
     assert "FAILED!" in out and says in out, out
     assert "An exception occurred" not in out and "Traceback" not in out, out
     if spec_error:      # refused by the argument spec: no line announces signals
-        assert "stopping:" not in out, out
+        assert "SIGTERM now" not in out, out
     assert not state.exists()

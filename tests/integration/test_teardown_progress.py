@@ -40,7 +40,7 @@ def _server(spawn, emulator_python, state_dir, log_dir, name: str):
 
 
 def _ours(out: str, name: str) -> List[str]:
-    return [m.group(1) for m in re.finditer(r"^localhost %s: (.*)$" % re.escape(name), out, re.M)]
+    return [m.group(1) for m in re.finditer(r"^localhost %s teardown: (.*)$" % re.escape(name), out, re.M)]
 
 
 def test_teardown_prints_the_deadline_then_each_phase_in_order(spawn, emulator_python, state_dir, log_dir, tmp_path):
@@ -57,16 +57,18 @@ def test_teardown_prints_the_deadline_then_each_phase_in_order(spawn, emulator_p
     lines = _ours(out, name)
     assert len(lines) == 5, lines
     before, term, kill, verified, removed = lines
-    assert re.match(r"stopping: SIGTERM, then SIGKILL after the 2s grace period \(about \d\d:\d\d:\d\d\) to what "
+    assert re.match(r"SIGTERM now, SIGKILL after the 2s grace period \(about \d\d:\d\d:\d\d\) to what "
                     r"is left; done by about \d\d:\d\d:\d\d at the latest$", before), before
-    total = int(re.match(r"SIGTERM: 0 of (\d+) process(?:es)? ended in \d", term).group(1))   # it ignores SIGTERM
+    total = int(re.match(r"SIGTERM ended 0 of (\d+) process(?:es)? in \d", term).group(1))   # it ignores SIGTERM
     assert total >= 2, term
-    assert re.match(r"SIGKILL: %d process(?:es)? ended in \d" % total, kill), kill
-    assert verified.startswith("verified: port(s) %s free (" % record["port"]), verified
+    assert re.match(r"SIGKILL ended %d process(?:es)? in \d" % total, kill), kill
+    assert verified.startswith("verified port(s) %s free (" % record["port"]), verified
     assert removed == "removed 1 file, the launch record", removed
     # printed while the task ran, in this order, before its verdict; the dump dir is a warning
     task = out.index("TASK [Stop the server]")
-    positions = [out.index("localhost %s: %s" % (name, line)) for line in lines]
+    positions = [out.index("localhost %s teardown: %s" % (name, line)) for line in lines]
+    # apart from the readiness lines of the same instance (`localhost <name>: ...`)
+    assert not re.search(r"^localhost %s: " % re.escape(name), out, re.M)
     assert task < positions[0] and positions == sorted(positions)
     assert positions[-1] < out.index("changed: [localhost]", task)
     assert "purge_paths: emptying %s: 1 file" % dump in run.stderr, run.stderr

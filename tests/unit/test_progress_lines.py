@@ -66,9 +66,9 @@ def test_teardown_lines_per_phase():
            "tmpdir_removed": "/s/x.tmp", "record_removed": ["/s/x.json"], "shm_kept": [],
            "timings": {"term": 30.02, "kill": 0.11, "verify": 0.6, "cleanup": 0.0}}
     assert T.phase_lines(res, False, [8000]) == [
-        "SIGTERM: 2 of 3 processes ended in 30s",
-        "SIGKILL: 1 process ended in 0.1s",
-        "verified: port(s) 8000 free, GPUs list no target (0.6s)",
+        "SIGTERM ended 2 of 3 processes in 30s",
+        "SIGKILL ended 1 process in 0.1s",
+        "verified port(s) 8000 free, GPUs list no target (0.6s)",
         "removed 1 file, the instance TMPDIR, the launch record"]
 
 
@@ -77,9 +77,9 @@ def test_teardown_lines_name_survivors_and_held_ports():
            "ports_after": [{"port": 8000}], "gpu_processes_left": {}, "gpus_after": [], "shm_removed": [],
            "shm_kept": [{"path": "/dev/shm/psm_1"}], "timings": {"term": 2.0, "kill": 10.0, "verify": 0.0}}
     assert T.phase_lines(res, False, [8000]) == [
-        "SIGTERM: 0 of 2 processes ended in 2s",
-        "SIGKILL: 1 process ended in 10s; still alive: pid 7 (python)",
-        "verified: port(s) 8000 still held (0s)",
+        "SIGTERM ended 0 of 2 processes in 2s",
+        "SIGKILL ended 1 process in 10s; still alive: pid 7 (python)",
+        "verified port(s) 8000 still held (0s)",
         "1 file kept (held open)"]
 
 
@@ -93,5 +93,5 @@ def test_teardown_lines_when_nothing_ran_and_in_check_mode():
 
 def test_teardown_line_before_names_the_grace_deadline():
     line = T.before_line({"grace_period": "20", "timeout": 60}, 0.0)
-    assert line.startswith("stopping: SIGTERM, then SIGKILL after the 20s grace period (about ")
+    assert line.startswith("SIGTERM now, SIGKILL after the 20s grace period (about ")
     assert T.what({"ports": [8000, 8001]}) == "ports 8000,8001" and T.what({}) == "teardown"
