@@ -319,7 +319,7 @@ def _merge_by_socket(servers: List[Server], socks: List[Listener]) -> List[Serve
 
 
 def attach_listeners(servers: List[Server], socks: Optional[List[Listener]] = None) -> None:
-    """One pass over /proc/net/tcp{,6} and the members' fd tables for all servers at once."""
+    """The members' listening sockets (psutil, per member) attached to their servers."""
     owner: Dict[int, Server] = {pid: s for s in servers for pid in s.pids}
     for listener in (socks if socks is not None else _listeners_by_pid(owner)):
         for pid in listener.pids:

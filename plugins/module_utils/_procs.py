@@ -13,7 +13,7 @@ the kernel-thread flag. The probe and the launcher need those for a handful of p
 psutil row for every process cost three reads of /proc/PID/stat each.
 
 Read from /proc by hand only what psutil has no API for, each said where it is done: the PID
-namespace, the PF_KTHREAD flag, and the raw fd links (device files, sockets, every holder).
+namespace and the raw fd links (device files, sockets, every holder).
 """
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ MARKER_INSTANCE = "LLMOPS_SGLANG_INSTANCE"
 MARKER_LAUNCH_ID = "LLMOPS_SGLANG_LAUNCH_ID"
 MARKER_STATE_DIR = "LLMOPS_SGLANG_STATE_DIR"
 
-_PF_KTHREAD = 0x00200000
 # psutil's reader of every process's parent in one pass (behind Process.children()); private.
 _ONE_PASS_PARENTS = "_ppid_map"
 _USERS: Dict[int, str] = {}
@@ -68,7 +67,7 @@ class Proc:
     uid: int
     start_time: float
     cmdline: List[str] = field(default_factory=list)
-    kthread: bool = False       # PF_KTHREAD
+    kthread: bool = False       # a kernel thread (kthreadd and its children)
 
     @property
     def user(self) -> str:
@@ -232,24 +231,15 @@ class _Row(Proc):
     @property  # type: ignore[override]
     def kthread(self) -> bool:
         if self._kthread is None:
-            # a kernel thread has no command line: only those rows need the flag
-            self._kthread = not self.cmdline and not self.is_zombie and _pf_kthread(self.pid)
+            # kthreadd (pid 2, no parent) and its children, without a command line: psutil has
+            # no API for the PF_KTHREAD flag. In a PID namespace no kernel thread is visible.
+            self._kthread = not self.cmdline and not self.is_zombie and \
+                ((self.pid == 2 and self.ppid == 0) or self.ppid == 2)
         return self._kthread
 
     @kthread.setter
     def kthread(self, value: bool) -> None:
         self._kthread = value
-
-
-def _pf_kthread(pid: int) -> bool:
-    """PF_KTHREAD from the flags of /proc/PID/stat: psutil has no API for it. Only the flags
-    field is taken (the 7th after the command name, which may itself contain ')')."""
-    try:
-        with open("%s/%d/stat" % (PROC, pid), "rb") as fh:
-            data = fh.read()
-        return bool(int(data[data.rfind(b")") + 2:].split()[6]) & _PF_KTHREAD)
-    except (OSError, ValueError, IndexError):
-        return False
 
 
 def _argv(raw: Optional[List[str]]) -> List[str]:

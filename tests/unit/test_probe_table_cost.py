@@ -219,3 +219,20 @@ def test_teardown_discovery_reads_no_state_or_parent_of_unselected_processes():
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout.strip().splitlines()[-1])
     assert data == {"targets": [], "read": []}
+
+
+def test_the_process_layer_parses_no_proc_stat_status_or_net_tcp_by_hand():
+    """psutil reads those; by hand only what it has no API for (fd links, namespaces, maps)."""
+    import ast
+    import inspect
+
+    from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _shm, _targets
+
+    for module in (_procs, _discovery, _probe, _targets, _shm, _gpus):
+        tree = ast.parse(inspect.getsource(module))
+        docs = {id(node.body[0].value) for node in ast.walk(tree)
+                if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        paths = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                 and id(n) not in docs and any(p in n.value for p in ("/stat", "/status", "net/tcp"))]
+        assert paths == [], "%s reads %s by hand" % (module.__name__, paths)
