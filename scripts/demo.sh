@@ -10,6 +10,7 @@
 #   LLMOPS_DEMO_DIR   default <checkout>/.cache/demo: state/, logs/, hs/ (dumps), out.*/ (output)
 #   instance name     demo-<8 hex digits of sha1(LLMOPS_DEMO_DIR)> (as inventory/local.yml derives it)
 #   LLMOPS_DEMO_PORT  default: a free port, chosen once per demo
+#   LLMOPS_DEMO_REPORT_DIR  default <checkout>/build/demo-report: the restart report of run 1
 # Two demos of the same checkout are kept apart by the instance's operation lock. When the demo
 # fails, it tears down only a server that THIS run launched, through teardown.yml, which holds
 # the same lock (refused while another run holds it).
@@ -25,8 +26,10 @@ demo_dir="$(realpath -m "${LLMOPS_DEMO_DIR:-$root/.cache/demo}")"
 name="demo-$(printf '%s' "$demo_dir" | sha1sum | cut -c1-8)"
 state="$demo_dir/state"
 logs="$demo_dir/logs"
+report_dir="$(realpath -m "${LLMOPS_DEMO_REPORT_DIR:-$root/build/demo-report}")"
 if [ "${1:-}" = "--env" ]; then
-  printf 'name=%s\ndemo_dir=%s\nstate_dir=%s\nlog_dir=%s\ndump_dir=%s\n' "$name" "$demo_dir" "$state" "$logs" "$demo_dir/hs"
+  printf 'name=%s\ndemo_dir=%s\nstate_dir=%s\nlog_dir=%s\ndump_dir=%s\nreport_dir=%s\n' \
+    "$name" "$demo_dir" "$state" "$logs" "$demo_dir/hs" "$report_dir"
   exit 0
 fi
 test -x .venv/bin/ansible-playbook || { echo "demo: run 'make venv' first" >&2; exit 2; }
@@ -36,15 +39,15 @@ mkdir -p "$demo_dir"
 chmod 0700 "$demo_dir"
 out="$(mktemp -d "$demo_dir/out.XXXXXX")"
 playbook=(.venv/bin/ansible-playbook -i inventory/local.yml -e "sglang_demo_dir=$demo_dir" -e "sglang_port=$port")
-report_dir="$root/build/demo-report"
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 recap() {  # recap FILE -> "ok=.. changed=.. ..." of localhost
   grep -E '^localhost +:' "$1" | tail -1 | sed -E 's/^localhost +: +//'
 }
 changed_of() { recap "$1" | sed -E 's/.*changed=([0-9]+).*/\1/'; }
-launched_in() {  # launched_in FILE: this run's launch task started a server
-  grep -A1 -E '^TASK \[llmops\.sglang\.sglang_restart : Launch the new server\]' "$1" 2>/dev/null | grep -q '^changed:'
+launched_in() {  # launched_in FILE: this run's launch task started a server (whichever role runs it)
+  awk '/^TASK \[([A-Za-z0-9_.]+ : )?Launch the new server\]/ { on = 1; next } /^TASK \[/ { on = 0 }
+       on && /^changed:/ { found = 1 } END { exit !found }' "$1" 2>/dev/null
 }
 
 # shellcheck disable=SC2329  # invoked by the ERR trap
