@@ -202,9 +202,10 @@ def drain(fetch: Fetch, opts: Options, clock: Callable[[], float] = time.monoton
           sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
     """Poll until the server runs and queues nothing for `settle` seconds in a row (a request
     the router sent just before it dropped the worker still counts), or until `timeout`."""
-    step = drain_slice(fetch, opts, None, None, clock, sleep)
-    assert step.result is not None  # an unbounded slice ends with the verdict
-    return step.result
+    result = drain_slice(fetch, opts, None, None, clock, sleep).result
+    if result is None:  # cannot happen: a slice without an end returns only with the verdict
+        raise SglangError("the drain ended without a verdict", reason="internal_error")
+    return result
 
 
 def drain_slice(fetch: Fetch, opts: Options, resume: Optional[Dict[str, Any]], seconds: Optional[float],
