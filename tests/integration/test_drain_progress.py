@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import threading
-import time
 import uuid
 from typing import Any, Dict, List, Optional
 

@@ -58,7 +58,7 @@ def _sliced(schedule: List[Tuple[float, int]], seconds: float, gap: float = 0.0,
     opts = _opts(**kw)
     resume: Optional[Dict[str, Any]] = None
     pendings: List[Dict[str, Any]] = []
-    for _ in range(1000):
+    for _slice in range(1000):
         try:
             step = _drain.drain_slice(server, opts, resume, seconds, clock=clock, sleep=clock.sleep)
         except SglangError as exc:
