@@ -48,8 +48,8 @@ options:
 options:
   python:
     description:
-      - Absolute path of the Python interpreter that has (or runs) sglang, e.g. a venv's
-        C(bin/python). A bare name is refused.
+      - Path of the Python interpreter that has (or runs) sglang, e.g. a venv's C(bin/python).
+        M(llmops.sglang.sglang_launch) refuses a bare name (it must know exactly what it runs).
     type: path
 """
 
