@@ -7,7 +7,9 @@ Both modules run through helpers.fixtures.run_module (python start-up included i
 Standalone: `.venv/bin/python benchmarks/bench_probe.py [--quick] [--baseline OTHER_CHECKOUT]`;
 with --baseline the same module runs are made from another checkout's collection too (e.g. a
 `git worktree` of an older commit), interleaved with this one's on the same idle processes, so
-that both figures come from the same machine state.
+that both figures come from the same machine state. In a private PID namespace, let a shell be
+its PID 1 so that the killed sleepers are reaped between sizes:
+`unshare --pid --fork --mount-proc bash -c '.venv/bin/python benchmarks/bench_probe.py ...; true'`.
 """
 from __future__ import annotations
 
@@ -132,7 +134,9 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
         pm.append(p)
         dm.append(d)
         fails = [r["probe_msg"] or r["discovery_msg"] for r in sel if r["probe_failed"] or r["discovery_failed"]]
-        rows.append(["+%d" % n, sel[0]["procs_on_host"] if sel else "-", C.fmt_s(p), C.fmt_s(d), C.fmt_s(plan),
+        rows.append(["+%d" % n, sel[0]["procs_on_host"] if sel else "-", C.fmt_s(p),
+                     C.fmt_s(C.median(r.get("probe_cpu") for r in sel)), C.fmt_s(d),
+                     C.fmt_s(C.median(r.get("discovery_cpu") for r in sel)), C.fmt_s(plan),
                      ("failed: " + fails[0][:90]) if fails else "ok"])
     cached = [r for r in data["introspection"] if r.get("cached")]
     c_int = C.median(r["seconds"] for r in cached)
@@ -166,11 +170,14 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
          "value": "%s wall (module run included)" % C.fmt_s(p2000)},
     ]
     md = ["Median of %d runs per size. `wall` is the whole module run (python start-up included); "
+          "`cpu` is the user and system time of the module's process and what it started (the "
+          "interpreter's answer), which a busy shared machine inflates far less than the wall time; "
           "`plan` is the teardown module's own target-selection time. The baseline (+0) is this "
           "shared machine as it was (its process count is in the table)." % data["runs"], "",
           "![cost growth](%sbench_probe.png)" % fig_prefix, "",
-          C.md_table(["extra processes", "processes on the host", "sglang_probe wall", "teardown discovery wall",
-                      "teardown plan (in module)", "result"], rows), "",
+          C.md_table(["extra processes", "processes on the host", "sglang_probe wall", "sglang_probe cpu",
+                      "teardown discovery wall", "teardown discovery cpu", "teardown plan (in module)", "result"],
+                     rows), "",
           "Introspection (`introspect: true`): run 0 fills the cache (imports the emulator's "
           "`sglang`); each later run is paired with a probe run without introspection just before it.", "",
           C.md_table(["introspection run", "wall with introspect", "wall without", "added by introspection",
