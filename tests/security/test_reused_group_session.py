@@ -86,7 +86,9 @@ def start_at(argv):
     pid = os.fork()
     if pid == 0:
         os.execv("/bin/sleep", argv)
-    while token not in open("/proc/%d/cmdline" % pid).read():
+    # argv[0] itself: right after fork() the child's cmdline is still the parent's, which holds
+    # the token too (waiting for the token raced the exec under load)
+    while not open("/proc/%d/cmdline" % pid).read().startswith(argv[0] + "\0"):
         time.sleep(0.001)
     assert pid == PID, pid
     return pid
