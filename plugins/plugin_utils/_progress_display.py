@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _progress
+
 PROGRESS_ENV = "LLMOPS_SGLANG_PROGRESS"
 SLICE_DEFAULT_S = 10.0
 SLICE_MAX_S = 600.0
@@ -86,15 +88,8 @@ def as_single_call(result: Dict[str, Any], args: Mapping[str, Any]) -> Dict[str,
 
 
 def duration(seconds: Optional[float]) -> str:
-    """`45s`, `2m05s`, `1h02m` (sub-second: `0.4s`)."""
-    if seconds is None:
-        return "?"
-    value = max(0.0, float(seconds))
-    if value < 9.95 and value != int(value):
-        return "%.1fs" % value
-    total = int(round(value))
-    if total < 60:
-        return "%ds" % total
-    if total < 3600:
-        return "%dm%02ds" % (total // 60, total % 60)
-    return "%dh%02dm" % (total // 3600, (total % 3600) // 60)
+    """`45s`, `2m05s`, `1h02m` as the readiness lines write them; under 10 s with a tenth
+    (`0.4s`, `3.2s`): a teardown's phases are often that short."""
+    if seconds is not None and 0 <= float(seconds) < 9.95 and float(seconds) != int(float(seconds)):
+        return "%.1fs" % float(seconds)
+    return _progress.duration(seconds)
