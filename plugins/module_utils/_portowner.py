@@ -8,16 +8,16 @@ A process belongs to the launch when it is, by pid AND start time (a reused pid 
   else can copy a marker, or reuse a number): a member of the launch's process group or
   session (never the module's own), or a carrier of the launch's LLMOPS_SGLANG_LAUNCH_ID.
 
-Naming a socket's holders reads every process's fd table (`port_owners`): a wait does that
-once, then per poll only compares the kernel's socket table with the sockets it judged
-(`current`): the same socket inodes are the same sockets, held by the same processes.
+Naming a socket's holders reads every process's fd table (`port_owners`, psutil's connection
+table): a wait does that once, then per poll asks psutil about the holders it named only
+(`current`): each still the same process, still listening on the same addresses of the port.
 """
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _ports, _procs, _redact
 
@@ -140,11 +140,16 @@ def describe_owner(pid: int) -> Dict[str, Any]:
 UNREADABLE_OWNER = "(owner not readable: another user's process)"
 
 
+Holder = Tuple[int, float]  # (pid, start time): the process, not only its number
+
+
 @dataclass
 class PortOwners:
     listeners: List[Dict[str, Any]]
     foreign: List[Dict[str, Any]]  # processes (or unreadable sockets) that are not this launch
-    inodes: FrozenSet[int] = field(default_factory=frozenset)  # the sockets this scan named
+    # every process this scan named as holding a socket on the port; empty when any holder
+    # could not be named (another user's socket, a start time unread): nothing to re-check
+    holders: FrozenSet[Holder] = field(default_factory=frozenset)
 
     @property
     def ours(self) -> List[Dict[str, Any]]:
@@ -156,13 +161,18 @@ class PortOwners:
         the port from this launch. `::1` does not collide with `127.0.0.1`."""
         return [o for o in self.foreign if _ports.address_conflict(o.get("family"), o.get("address"), host)]
 
+    def sockets_of(self, pid: int) -> Set[Tuple[str, str]]:
+        """(family, address) of the port's sockets this scan found `pid` holding."""
+        return {(e["family"], e["address"]) for e in self.listeners if pid in e.get("pids", ())}
+
     def to_state(self) -> Dict[str, Any]:
-        return {"listeners": self.listeners, "foreign": self.foreign, "inodes": sorted(self.inodes)}
+        return {"listeners": self.listeners, "foreign": self.foreign,
+                "holders": sorted([pid, start] for pid, start in self.holders)}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> "PortOwners":
         return cls(list(state["listeners"]), list(state["foreign"]),
-                   frozenset(int(i) for i in state.get("inodes") or []))
+                   frozenset((int(h[0]), float(h[1])) for h in state.get("holders") or []))
 
 
 def _entry(listener: _ports.Listener, ident: LaunchIdentity, foreign: List[Dict[str, Any]],
@@ -183,24 +193,40 @@ def _entry(listener: _ports.Listener, ident: LaunchIdentity, foreign: List[Dict[
     return entry
 
 
+def _holders(listeners: List[_ports.Listener]) -> FrozenSet[Holder]:
+    """The named holders with their start times; empty when one cannot be named."""
+    out = set()
+    for listener in listeners:
+        if not listener.pids:
+            return frozenset()
+        for pid in listener.pids:
+            start = _procs.start_time_of(pid)
+            if start is None:
+                return frozenset()
+            out.add((pid, start))
+    return frozenset(out)
+
+
 def port_owners(port: int, ident: LaunchIdentity) -> PortOwners:
     """Every listener on `port`, each holder described and judged (one scan of the fd tables)."""
-    # The socket set read BEFORE the scan: a socket that comes or goes meanwhile makes the next
-    # `current()` scan again, never reuse a verdict about other sockets.
-    inodes = frozenset(s.inode for s in _ports.listening_sockets([port]))
+    found = _ports.listeners([port])
     foreign: List[Dict[str, Any]] = []
     seen: set = set()
-    entries = [_entry(listener, ident, foreign, seen) for listener in _ports.listeners([port])]
-    return PortOwners(entries, foreign, inodes)
+    entries = [_entry(listener, ident, foreign, seen) for listener in found]
+    return PortOwners(entries, foreign, _holders(found))
+
+
+def _still_held(last: PortOwners, port: int) -> bool:
+    """Does every holder `last` named still listen on exactly the port's addresses it did?"""
+    if not last.holders:
+        return False
+    return all(_ports.sockets_of(pid, start, port) == last.sockets_of(pid) for pid, start in last.holders)
 
 
 def current(port: int, ident: LaunchIdentity, last: Optional[PortOwners]) -> PortOwners:
-    """The owners of `port` now: `last` while exactly the sockets it judged listen (a socket
-    keeps its inode for its whole life, and its holders are the launch's processes or not for
-    good), else a new scan. The check itself is two reads of the kernel's tables."""
-    inodes = frozenset(s.inode for s in _ports.listening_sockets([port]))
-    if last is not None and inodes == last.inodes:
+    """The owners of `port` now: `last` while every holder it named is the same process and
+    still listens on the same addresses (psutil reads only their fds), else a new scan."""
+    # A held listening socket lets no other process bind its address (uvicorn sets no SO_REUSEPORT).
+    if last is not None and _still_held(last, port):
         return last
-    if not inodes:
-        return PortOwners([], [], inodes)
     return port_owners(port, ident)

@@ -1,9 +1,10 @@
-"""Who listens on a TCP port (IPv4 and IPv6).
+"""Who listens on a TCP port (IPv4 and IPv6): psutil's connection table.
 
-The kernel's socket tables (/proc/net/tcp, tcp6) say which sockets listen, with their inodes:
-one file read each, cheap enough for every poll of a wait (`listening_sockets`, `has_listener`).
-Naming the processes that hold a socket means reading every process's fd table: `listeners`
-does that once per call (one pass, every holder of each socket, the ones a fork shared too).
+`listeners` asks psutil for the host's table (`net_connections`), which maps every socket to a
+pid by reading every process's fd table: a scan, for once per question, not for every poll of
+a wait. `sockets_of` asks about one process only (its own fd table): what a wait uses per poll
+once it knows the port's holders (_portowner.current), and `has_listener` while the process
+it last saw listening still does.
 """
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ import errno
 import ipaddress
 import re
 import socket
-import struct
-import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -20,10 +19,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _procs
 
 _FAMILIES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
 _SOCKET_LINK = re.compile(r"socket:\[([0-9]+)\]")
-# Read by hand: psutil has no API for the listen table alone (net_connections maps every socket
-# to a pid first, reading every process's fd table on each call: 0.3 s at 2,000 processes).
-_NET_TABLES = (("/proc/net/tcp", "ipv4"), ("/proc/net/tcp6", "ipv6"))
-_TCP_LISTEN = "0A"  # st column of /proc/net/tcp: TCP_LISTEN
 
 
 @dataclass
@@ -84,48 +79,23 @@ def _inode(pid: int, fd: int) -> int:
     return 0
 
 
-def _hex_address(text: str, family: str) -> str:
-    """An address of /proc/net/tcp{,6}: 32-bit words in host byte order, as hex."""
-    raw = bytes.fromhex(text)
-    if sys.byteorder == "little":
-        raw = struct.pack(">%dI" % (len(raw) // 4), *struct.unpack("<%dI" % (len(raw) // 4), raw))
-    return socket.inet_ntop(socket.AF_INET6 if family == "ipv6" else socket.AF_INET, raw)
-
-
-def _table_rows(path: str) -> List[List[str]]:
-    try:
-        with open(path) as fh:
-            return [line.split() for line in fh.readlines()[1:]]
-    except OSError:
-        return []  # no IPv6 on this host
-
-
-def listening_sockets(ports: Optional[Iterable[int]] = None) -> List[Listener]:
-    """Every listening TCP socket on `ports` (all when None), one entry per socket with its
-    inode and no pids: two reads of the kernel's tables, no process is looked at."""
-    wanted = set(ports) if ports is not None else None
-    out: List[Listener] = []
-    for path, family in _NET_TABLES:
-        for cols in _table_rows(path):
-            if len(cols) < 10 or cols[3] != _TCP_LISTEN:
-                continue
-            host, _sep, port_hex = cols[1].rpartition(":")
-            port = int(port_hex, 16)
-            if wanted is not None and port not in wanted:
-                continue
-            out.append(Listener(port, _hex_address(host, family), family, int(cols[9]), []))
-    return out
-
-
-def _holders(by_link: Dict[str, List[Listener]]) -> None:
-    """Every process holding one of the sockets (one pass over the fd tables): a listening
-    socket inherited across fork is held by several processes, and a teardown must find each.
-    Another user's fd table is unreadable unless root: that socket keeps no pid."""
+def _all_holders(found: Dict[Key, Listener], owner_fd: Dict[Key, Tuple[int, int]]) -> None:
+    """psutil names one pid per socket (the first fd it found); a listening socket inherited
+    across fork is held by several processes, and a teardown must find each. psutil has no API
+    for the other holders: their fd links are compared with the known owner's here (one pass)."""
+    by_link: Dict[str, Listener] = {}
+    for key, (pid, fd) in owner_fd.items():
+        inode = _inode(pid, fd)
+        if inode:
+            found[key].inode = inode
+            by_link["socket:[%d]" % inode] = found[key]
+    if not by_link:
+        return
     for pid in _procs.all_pids():
         for _fd, target in _procs.fd_targets(pid):
-            for listener in by_link.get(target, ()):
-                if pid not in listener.pids:
-                    listener.pids.append(pid)
+            listener = by_link.get(target)
+            if listener is not None and pid not in listener.pids:
+                listener.pids.append(pid)
 
 
 def _sorted(found: Iterable[Listener]) -> List[Listener]:
@@ -135,24 +105,38 @@ def _sorted(found: Iterable[Listener]) -> List[Listener]:
     return sorted(out, key=lambda l: (l.port, l.family, l.address))
 
 
+# port -> (pid, start time) of a process last seen listening on it: a later `has_listener` asks
+# psutil about that process alone, and scans the host only when it no longer listens there.
+_LAST_HOLDER: Dict[int, Tuple[int, Optional[float]]] = {}
+
+
+def _remember(found: Dict[Key, Listener]) -> None:
+    for (_family, _address, port), listener in found.items():
+        if listener.pids:
+            _LAST_HOLDER[port] = (listener.pids[0], _procs.start_time_of(listener.pids[0]))
+
+
 def listeners(ports: Optional[Iterable[int]] = None) -> List[Listener]:
     """Listening sockets on `ports` (all ports when None) with every pid holding them, one entry
     per (family, address, port) (SO_REUSEPORT sockets merged). A socket whose owner we cannot
-    read (another user's, not root) has an empty pid list."""
-    merged: Dict[Key, Listener] = {}
-    by_link: Dict[str, List[Listener]] = {}
-    for sock in listening_sockets(ports):
-        key = (sock.family, sock.address, sock.port)
-        entry = merged.setdefault(key, Listener(sock.port, sock.address, sock.family, sock.inode, []))
-        by_link.setdefault("socket:[%d]" % sock.inode, []).append(entry)
-    if by_link:
-        _holders(by_link)
-    return _sorted(merged.values())
+    read (another user's, not root) has an empty pid list. Scans every process."""
+    wanted = set(ports) if ports is not None else None
+    found, owner_fd = _listening(_procs.require().net_connections(kind="tcp"), wanted)
+    _all_holders(found, owner_fd)
+    _remember(found)
+    return _sorted(found.values())
 
 
 def has_listener(port: int) -> bool:
-    """Anything listening on `port` (IPv4 or IPv6)? The kernel's tables only, no process."""
-    return bool(listening_sockets([port]))
+    """Anything listening on `port` (IPv4 or IPv6)? Yes at once when the process last seen
+    listening there (same start time) still does (psutil reads its fds only); else psutil's
+    connection table, which reads every process's fds: a "no" always costs that scan."""
+    last = _LAST_HOLDER.get(port)
+    if last is not None and sockets_of(last[0], last[1], port):
+        return True
+    found, _owners = _listening(_procs.require().net_connections(kind="tcp"), {port})
+    _remember(found)
+    return bool(found)
 
 
 def _connections(handle: Any) -> List[Any]:
@@ -178,6 +162,21 @@ def listeners_by_pid(pids: Iterable[int]) -> List[Listener]:
             if not entry.inode and key in owner_fd:
                 entry.inode = _inode(*owner_fd[key])
     return _sorted(merged.values())
+
+
+def sockets_of(pid: int, start_time: Optional[float], port: int) -> Optional[Set[Tuple[str, str]]]:
+    """(family, address) of the sockets this process listens on at `port`; None when it is gone,
+    is another process by now (start time checked) or cannot be read. psutil reads only its fd
+    table and the namespace's TCP table."""
+    lib = _procs.require()
+    try:
+        handle = lib.Process(pid)
+        if start_time is not None and abs(round(handle.create_time(), 2) - start_time) >= 0.05:
+            return None  # the pid was reused
+        found, _owners = _listening(_connections(handle), {port}, pid)
+    except (lib.Error, ValueError):
+        return None
+    return {(family, address) for family, address, _port in found}
 
 
 def can_bind(host: str, port: int) -> Optional[str]:

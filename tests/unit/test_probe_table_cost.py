@@ -222,13 +222,14 @@ def test_teardown_discovery_reads_no_state_or_parent_of_unselected_processes():
 
 
 def test_the_process_layer_parses_no_proc_stat_status_or_net_tcp_by_hand():
-    """psutil reads those; by hand only what it has no API for (fd links, namespaces, maps)."""
+    """psutil reads those; by hand only what it has no API for (fd links, namespaces, maps).
+    The port layer too: the listen table comes from psutil's connections, never from the file."""
     import ast
     import inspect
 
-    from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _shm, _targets
+    from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _portowner, _ports, _shm, _targets
 
-    for module in (_procs, _discovery, _probe, _targets, _shm, _gpus):
+    for module in (_procs, _discovery, _probe, _targets, _shm, _gpus, _ports, _portowner):
         tree = ast.parse(inspect.getsource(module))
         docs = {id(node.body[0].value) for node in ast.walk(tree)
                 if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body

@@ -116,21 +116,35 @@ def test_a_holders_one_string_title_is_masked(spawn):
     assert "SECRET123" not in described["cmdline"] and "srv --api-key" in described["cmdline"]
 
 
-# --- the wait: one scan of the processes while the port keeps its sockets -----------------------
+# --- the wait: one scan of the processes while the port keeps its holders ----------------------
 
 class _Scans:
-    """Counts the host-wide process scans: psutil's connection table (it reads every process's
-    fds) and the fd walk that names a socket's holders."""
+    """Counts the host-wide walks (psutil's connection table reads every process's fds; the fd
+    walk that names every holder of a socket), and the full scans that named the port's holders
+    (`port_owners` with a listener found); `walks_after_named`: walks since the last of those."""
 
     def __init__(self, monkeypatch) -> None:
-        self.count = 0
+        self.walks = 0
+        self.named = 0
+        self.walks_after_named = 0
         for owner, name in ((psutil, "net_connections"), (_procs, "all_pids")):
-            monkeypatch.setattr(owner, name, self._wrap(getattr(owner, name)))
+            monkeypatch.setattr(owner, name, self._walk(getattr(owner, name)))
+        monkeypatch.setattr(_portowner, "port_owners", self._scan(_portowner.port_owners))
 
-    def _wrap(self, func):
+    def _walk(self, func):
         def counted(*args, **kwargs):
-            self.count += 1
+            self.walks += 1
+            self.walks_after_named += 1
             return func(*args, **kwargs)
+        return counted
+
+    def _scan(self, func):
+        def counted(*args, **kwargs):
+            out = func(*args, **kwargs)
+            if out.listeners:
+                self.named += 1
+                self.walks_after_named = 0
+            return out
         return counted
 
 
@@ -170,7 +184,8 @@ def test_a_running_server_is_scanned_once_in_the_whole_wait(spawn, tmp_path, mon
     opts = _readiness.Options(timeout=20.0, poll_interval=0.02, settle=0.5)
     out = _readiness.wait_ready(_record(proc, log, port), opts)
     assert out.ready and out.details["already_running"], out.msg
-    assert scans.count == 1
+    # one full scan named the holders; every later poll asked psutil about them only
+    assert scans.named == 1 and scans.walks_after_named == 0
 
 
 def test_a_starting_launch_is_scanned_once_when_it_binds_before_its_ready_line(spawn, tmp_path, monkeypatch):
@@ -180,69 +195,99 @@ def test_a_starting_launch_is_scanned_once_when_it_binds_before_its_ready_line(s
     scans = _Scans(monkeypatch)
     opts = _readiness.Options(timeout=30.0, poll_interval=0.02, settle=0.5)
     waiter = _readiness.Readiness(_readiness.instance_from_record(_record(proc, log, port)), opts)
-    assert waiter.run(slice_seconds=0.2) is None  # not bound yet: the kernel's table says so
+    assert waiter.run(slice_seconds=0.2) is None  # not bound yet: nothing listens, no holder named
+    assert scans.named == 0
     assert wait_for(lambda: _ports.has_listener(port), 10)
     _append(log, UVICORN % port)
     assert waiter.run(slice_seconds=0.3) is None  # bound: its holders named now, once
-    assert scans.count == 1
+    assert scans.named == 1 and scans.walks_after_named == 0
     _append(log, READY)
     out = waiter.run()
     assert out.ready and not out.details["already_running"], out.msg
-    assert scans.count == 1
+    assert scans.named == 1 and scans.walks_after_named == 0
 
 
-# An HTTP server that answers every GET with 200 and shares its port (SO_REUSEPORT).
-REUSEPORT_HTTP = ("import http.server, socket, sys\n"
-                  "class S(http.server.ThreadingHTTPServer):\n"
-                  "    def server_bind(self):\n"
-                  "        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)\n"
-                  "        super().server_bind()\n"
-                  "class H(http.server.BaseHTTPRequestHandler):\n"
-                  "    def do_GET(self):\n"
-                  "        self.send_response(200); self.end_headers(); self.wfile.write(b'{}')\n"
-                  "    def log_message(self, *args): pass\n"
-                  "S(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+# An HTTP server that answers every GET with 200 on 127.0.0.1:argv[1].
+SERVE = ("import http.server, sys\n"
+         "class H(http.server.BaseHTTPRequestHandler):\n"
+         "    def do_GET(self):\n"
+         "        self.send_response(200); self.end_headers(); self.wfile.write(b'{}')\n"
+         "    def log_message(self, *args): pass\n"
+         "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+# The launch: a parent that stays alive while its child serves the port (until killed).
+LAUNCH = ("import subprocess, sys, time\n"
+          "child = subprocess.Popen([sys.executable, '-c', sys.argv[2], sys.argv[1]])\n"
+          "open(sys.argv[3] + '.tmp', 'w').write(str(child.pid))\n"
+          "import os; os.rename(sys.argv[3] + '.tmp', sys.argv[3])\n"
+          "time.sleep(120)\n")
 
 
-def test_a_new_listener_during_the_settle_window_is_still_judged(spawn, tmp_path):
-    # the one scan is reused only while the same sockets listen: a foreign socket added on the
-    # launch's address (SO_REUSEPORT) means a new scan, and a stale server
-    port = free_port()
-    ours = spawn.start([sys.executable, "-c", REUSEPORT_HTTP, str(port)])
-    assert wait_for(lambda: _ports.has_listener(port), 10)
+def test_a_holder_replaced_during_the_settle_window_is_still_judged(spawn, tmp_path):
+    # the one scan is reused only while the holders it named keep listening: the launch's
+    # listener exits, a foreign server takes the port, and the wait names it: a stale server
+    port, out_file = free_port(), str(tmp_path / "child")
+    ours = spawn.start([sys.executable, "-c", LAUNCH, str(port), SERVE, out_file])
+    assert wait_for(lambda: os.path.exists(out_file) and _ports.has_listener(port), 10)
+    child = int(open(out_file).read())
     log = str(tmp_path / "l.log")
     with open(log, "w") as fh:
         fh.write(UVICORN % port + "\n" + READY + "\n")
     opts = _readiness.Options(timeout=20.0, poll_interval=0.02, settle=10.0, health="none")
     waiter = _readiness.Readiness(_readiness.instance_from_record(_record(ours, log, port)), opts)
-    # the foreign listener comes while the wait is inside its settle window
-    later = threading.Timer(1.0, lambda: spawn.start([sys.executable, "-c", REUSEPORT_HTTP, str(port)]))
+
+    def replace() -> None:
+        os.kill(child, 9)
+        spawn.start([sys.executable, "-c", SERVE, str(port)])
+    later = threading.Timer(1.0, replace)
     later.start()
     try:
         out = waiter.run()
     finally:
         later.join()
-    assert out.reason == "stale_server" and out.details["proven_at"] is not None, out.msg
+    assert waiter.owners is not None
+    assert out.reason == "stale_server", out.msg
     assert [o["pid"] for o in out.details["stale_owners"]] == [spawn.procs[-1].pid]
 
 
-def test_listening_sockets_reads_addresses_and_inodes_from_the_kernel_table():
+def test_listeners_read_addresses_and_holders_from_psutil_and_a_holder_alone_per_poll():
     socks = []
     for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1"), (socket.AF_INET6, "::")):
         sock = socket.socket(family)
         sock.bind((host, 0))
         sock.listen(1)
         socks.append(sock)
+    me, start = os.getpid(), _procs.start_time_of(os.getpid())
     try:
-        ports = [s.getsockname()[1] for s in socks]
-        found = {(l.port, l.family, l.address): l.inode for l in _ports.listening_sockets(ports)}
         for sock, (family, host) in zip(socks, (("ipv4", "127.0.0.1"), ("ipv6", "::1"), ("ipv6", "::"))):
-            inode = os.fstat(sock.fileno()).st_ino
-            assert found[(sock.getsockname()[1], family, host)] == inode
-            assert [l.pids for l in _ports.listeners([sock.getsockname()[1]])] == [[os.getpid()]]
+            port = sock.getsockname()[1]
+            [found] = _ports.listeners([port])
+            assert (found.family, found.address, found.pids) == (family, host, [me])
+            assert found.inode == os.fstat(sock.fileno()).st_ino
+            assert _ports.sockets_of(me, start, port) == {(family, host)}
+            assert _ports.sockets_of(me, start + 5.0, port) is None  # another process by that pid
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_the_last_scan_is_reused_while_its_holders_listen_and_redone_when_one_lets_go(monkeypatch):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    port = sock.getsockname()[1]
+    ident = _portowner.LaunchIdentity(pid=os.getpid(), start_time=_procs.start_time_of(os.getpid()))
+    try:
+        last = _portowner.port_owners(port, ident)
+        assert last.ours and last.holders == {(os.getpid(), _procs.start_time_of(os.getpid()))}
+        restored = _portowner.PortOwners.from_state(json.loads(json.dumps(last.to_state())))
+        scans = _Scans(monkeypatch)
+        assert _portowner.current(port, ident, last) is last
+        assert _portowner.current(port, ident, restored) is restored  # a sliced wait's next slice
+        assert scans.walks == 0
+    finally:
+        sock.close()
+    now = _portowner.current(port, ident, last)
+    assert now is not last and now.listeners == [] and scans.walks == 1
 
 
 @pytest.mark.parametrize("level,quiet", [("WARNING", True), ("warn", True), (" error ", True), ("fatal", True),
