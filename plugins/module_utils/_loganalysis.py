@@ -25,9 +25,19 @@ TRACEBACK_LOOKBACK = 400  # deep stacks: ~2 lines per frame
 EXPLAIN_MAX = 8  # fatal lines whose tracebacks make up the decisive lines
 
 
-def line_epoch(line: str) -> Optional[Tuple[float, bool]]:
-    """(epoch, has sub-second precision) from sglang's `[YYYY-mm-dd HH:MM:SS(.mmm)]` (local)."""
-    m = lp.TIMESTAMP.match(line)
+# A record can follow a tqdm bar on the same physical line (the bar ends in \r, not \n).
+_ANY_STAMP = re.compile(lp.TIMESTAMP.pattern[1:])
+
+
+def line_epoch(line: str, upto: Optional[int] = None) -> Optional[Tuple[float, bool]]:
+    """(epoch, has sub-second precision) from sglang's `[YYYY-mm-dd HH:MM:SS(.mmm)]` (local):
+    the line's leading stamp, or with `upto` the last stamp that starts before that offset."""
+    if upto is None:
+        m = lp.TIMESTAMP.match(line)
+    else:
+        m = None
+        for m in _ANY_STAMP.finditer(line, 0, upto):
+            pass
     if not m:
         return None
     try:
@@ -65,23 +75,24 @@ class LogAnalyzer:
         self._kept: Dict[int, str] = {}  # restored lines older than the window's contiguous part
 
     # -- time ----------------------------------------------------------------------------------
-    def _seconds(self, line: str, now: float) -> float:
+    def _seconds(self, line: str, now: float, at: Optional[int] = None) -> float:
         """Seconds since launch: observed time, unless the log's own stamp is earlier (a
-        backlog read at once); second-resolution stamps get +0.5 s."""
+        backlog read at once); second-resolution stamps get +0.5 s. `at`: where the phase's
+        text starts (its stamp is the last one before it)."""
         observed = now - self.launched_at
-        stamp = line_epoch(line)
+        stamp = line_epoch(line, None if at is None else at + 1)
         if stamp is not None:
             written = stamp[0] - self.launched_at + (0.0 if stamp[1] else 0.5)
             observed = min(observed, written)
         return round(max(0.0, observed), 2)
 
-    def _phase(self, name: str, line: str, now: float) -> None:
+    def _phase(self, name: str, line: str, now: float, at: Optional[int] = None) -> None:
         # A phase seen after a later one is an echo (uvicorn's access line for the warmup
         # request can land after the ready line): the timeline stays in startup order.
         later = lp.PHASE_NAMES[lp.PHASE_NAMES.index(name) + 1:]
         if name not in self.seen_phases and not self.seen_phases.intersection(later):
             self.seen_phases.add(name)
-            self.timeline.append({"phase": name, "seconds": self._seconds(line, now),
+            self.timeline.append({"phase": name, "seconds": self._seconds(line, now, at),
                                   "line": line[:500]})
 
     def ready_seconds(self) -> Optional[float]:
@@ -124,8 +135,9 @@ class LogAnalyzer:
     def _classify(self, index: int, line: str, now: float, history: bool) -> None:
         benign = self._benign(line)
         for name, rx in self.phase_res:
-            if name not in self.seen_phases and rx.search(line):
-                self._phase(name, line, now)
+            hit = rx.search(line) if name not in self.seen_phases else None
+            if hit:
+                self._phase(name, line, now, hit.start())
         m = lp.UVICORN_RUNNING.search(line)
         if m:
             if self.port is None or int(m.group(2)) == self.port:
