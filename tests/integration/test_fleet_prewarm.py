@@ -85,7 +85,7 @@ def test_the_next_host_is_warm_before_its_teardown(fleet) -> None:
     # their own restart found everything resident right before the teardown and read nothing
     for host, by, nxt in (("w2", "w1", "w3"), ("w3", "w2", None)):
         line = prewarm_line(out, host)
-        ahead = re.search(r"warmed ahead by %s: resident ([\d.]+)% -> ([\d.]+)%, read ([\d.]+) MiB" % by, line)
+        ahead = re.search(r"warmed ahead by " + by + r": resident ([\d.]+)% -> ([\d.]+)%, read ([\d.]+) MiB", line)
         assert ahead, line
         assert float(ahead.group(1)) < 50 and float(ahead.group(2)) == 100.0, line
         assert float(ahead.group(3)) >= 3 * SHARD / pc.MIB, line
