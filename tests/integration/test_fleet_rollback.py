@@ -1,10 +1,12 @@
 """restart_fleet.yml when a host's new configuration fails and the restart rolls it back
 (behind the real sglang-router 0.3.2, emulated workers, a small bounded load through the router):
 the rolled-back host, serving its OLD configuration and answering a real generation, goes back
-into the router; the roll stops there and the hosts after it are not touched."""
+into the router; the roll stops there and the hosts after it are not touched. A host that ends
+DOWN (the rollback fails too) stays out."""
 from __future__ import annotations
 
 import re
+import shutil
 from typing import Iterator
 
 import pytest
@@ -84,3 +86,34 @@ def test_a_rolled_back_host_goes_back_into_the_router_and_the_roll_stops(fleet: 
     summary = load.summary()
     assert summary["failed"] == 0, summary
     assert summary["total"] >= 5, summary
+
+
+def test_a_host_that_ends_down_stays_out(tmp_path) -> None:
+    """The rollback fails too (the old configuration's model directory is gone): the host is
+    DOWN, it is not put back into the router, and the roll stops before the next host."""
+    model = tmp_path / "model-w1"
+    shutil.copytree(MODEL_DIR, str(model))
+    fleet = Fleet(str(tmp_path / "fleet"), size=2, extra_host_vars={"w1": {"sglang_model_path": str(model)}})
+    try:
+        up = fleet.up()
+        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
+        fleet.start_router(router_python())
+        before = fleet.pids()
+        ids = {w["url"]: w["id"] for w in fleet.router_workers()}
+        shutil.rmtree(str(model))  # the previous configuration can no longer start
+        fleet.extra_host_vars = {"w1": {"sglang_serving_env": {"SGLANG_EMULATOR_FAULT": "oom"}}}
+        roll = fleet.play("restart_fleet.yml", {"sglang_force": True},
+                          inventory=fleet.write_inventory(fleet.workdir + "/faulty.json"))
+        out = roll.stdout + roll.stderr
+        assert roll.returncode != 0, out[-5000:]
+        stops = [line for line in out.splitlines() if "Action failed: rolling restart of w1" in line]
+        assert len(stops) == 1, out[-5000:]
+        assert "the rollback failed too: the host is DOWN" in stops[0], stops[0]
+        assert "is left out of the router. The roll stops here: w2 not touched." in stops[0], stops[0]
+        assert [w["url"] for w in fleet.router_workers()] == [fleet.worker_url("w2")]
+        assert fleet.router_workers()[0]["id"] == ids[fleet.worker_url("w2")]
+        assert fleet.record("w2")["pid"] == before["w2"]
+        assert set(recap(out)) == {"w1"}, recap(out)
+    finally:
+        fleet.stop_router()
+        fleet.down()
