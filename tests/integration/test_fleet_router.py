@@ -103,7 +103,9 @@ def test_a_host_that_fails_stays_out_and_the_roll_stops(tmp_path, router_py: str
         before = fleet.pids()
         routed = {w["url"]: w["id"] for w in fleet.router_workers()}
         # w1's next server dies while loading (the emulator's "Not enough memory")
-        fleet.extra_host_vars = {"w1": {"sglang_serving_env": {"SGLANG_EMULATOR_FAULT": "oom"}}}
+        # rollback off: the host ends DOWN (a rolled-back host goes back in: test_fleet_rollback.py)
+        fleet.extra_host_vars = {"w1": {"sglang_serving_env": {"SGLANG_EMULATOR_FAULT": "oom"},
+                                        "sglang_restart_rollback": False}}
         broken = fleet.write_inventory(os.path.join(fleet.workdir, "broken.json"))
         load = LoadGen(fleet.router_url, model=MODEL_DIR, clients=4).start()
         try:
