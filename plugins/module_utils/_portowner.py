@@ -9,8 +9,8 @@ A process belongs to the launch when it is, by pid AND start time (a reused pid 
   session (never the module's own), or a carrier of the launch's LLMOPS_SGLANG_LAUNCH_ID.
 
 Naming a socket's holders reads every process's fd table (`port_owners`, psutil's connection
-table): a wait does that once, then per poll asks psutil about the holders it named only
-(`current`): each still the same process, still listening on the same addresses of the port.
+table): a wait does that once the launch listens, then per poll asks psutil about the holders
+it named only (`current`): each still the same process, on the same addresses of the port.
 """
 from __future__ import annotations
 
@@ -224,9 +224,10 @@ def _still_held(last: PortOwners, port: int) -> bool:
 
 
 def current(port: int, ident: LaunchIdentity, last: Optional[PortOwners]) -> PortOwners:
-    """The owners of `port` now: `last` while every holder it named is the same process and
-    still listens on the same addresses (psutil reads only their fds), else a new scan."""
-    # A held listening socket lets no other process bind its address (uvicorn sets no SO_REUSEPORT).
-    if last is not None and _still_held(last, port):
+    """The owners of `port` now: `last` while it found the launch listening and every holder it
+    named is the same process, still on the same addresses (psutil reads only their fds), else a
+    new scan. New sockets on addresses that do not collide with the launch's go unseen then."""
+    # The launch's listening socket lets no one bind a colliding address (uvicorn: no SO_REUSEPORT).
+    if last is not None and last.ours and _still_held(last, port):
         return last
     return port_owners(port, ident)

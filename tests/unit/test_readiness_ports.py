@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -296,3 +297,35 @@ def test_one_rule_for_a_log_level_too_quiet_for_the_ready_line(level, quiet):
     assert lp.is_quiet_level(level) is quiet
     argv = [] if level is None else ["--log-level", level]
     assert (lp.quiet_log_levels(argv)[0] is not None) is quiet
+
+
+V6_ONLY = ("import socket,sys,time\n"
+           "s=socket.socket(socket.AF_INET6); s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n"
+           "s.bind(('::1', int(sys.argv[1]))); s.listen(); time.sleep(60)\n")
+
+
+V4_LATER = ("import socket,sys,time\n"
+            "sys.stdin.readline()\n"  # binds when told
+            "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(60)\n")
+
+
+def test_a_scan_without_the_launchs_listener_is_not_reused_when_the_launch_binds_later(spawn):
+    # the foreign holder on ::1 keeps listening; the launch binds 127.0.0.1 afterwards (no
+    # collision): only the launch's own listener makes a scan reusable
+    port = free_port()
+    foreign = spawn.start([sys.executable, "-c", V6_ONLY, str(port)])
+    ours = subprocess.Popen([sys.executable, "-c", V4_LATER, str(port)], stdin=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: _ports.has_listener(port), 10)
+        ident = _portowner.LaunchIdentity(pid=ours.pid, start_time=_procs.start_time_of(ours.pid))
+        last = _portowner.port_owners(port, ident)
+        assert not last.ours and [o["pid"] for o in last.foreign] == [foreign.pid]
+        ours.stdin.write("bind\n")
+        ours.stdin.flush()
+        assert wait_for(lambda: _ports.sockets_of(ours.pid, None, port), 10)
+        now = _portowner.current(port, ident, last)
+        assert [e["address"] for e in now.ours] == ["127.0.0.1"]
+    finally:
+        ours.kill()
+        ours.wait()
