@@ -11,10 +11,8 @@ per host, `gpu-07 extraction: loading weights 31/64 shards (2m05s, 48% of the la
 time)`, and at the end `... ready in 4m12s`. The verdict, the timeout (counted from the first
 slice) and the result are those of one uninterrupted module call.
 
-Lines go to the display only for a human stdout callback: a machine format (json, yaml,
-ansible-runner's awx_display, anything not known to be for humans) gets nothing extra in its
-stream. LLMOPS_SGLANG_PROGRESS=always|never overrides that. `slice_seconds: 0` (or async) runs
-the module in one call, as without this plugin.
+Lines go to the display only for a human stdout callback (see plugin_utils/_progress_display).
+`slice_seconds: 0` (or async) runs the module in one call, as without this plugin.
 """
 from __future__ import annotations
 
@@ -26,79 +24,18 @@ from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _progress
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
 
 MODULE = "llmops.sglang.sglang_ready"
 SLICE_ENV = "LLMOPS_SGLANG_READY_SLICE_SECONDS"
-PROGRESS_ENV = "LLMOPS_SGLANG_PROGRESS"
-SLICE_DEFAULT_S = 10.0
-SLICE_MAX_S = 600.0
-# stdout callbacks written for people; any other one may be parsed by a program.
-HUMAN_CALLBACKS = frozenset(("default", "minimal", "oneline", "dense", "debug", "unixy",
-                             "counter_enabled", "selective"))
-_HUMAN_PREFIXES = ("ansible.builtin.", "ansible.legacy.", "community.general.")
-_YES = ("always", "1", "true", "yes", "on")
-_NO = ("never", "0", "false", "no", "off")
 
 display = Display()
-
-
-def stdout_callback_name() -> str:
-    """The configured stdout callback (ansible.cfg, ANSIBLE_STDOUT_CALLBACK), as configured."""
-    try:
-        from ansible import constants as C
-        name = C.config.get_config_value("DEFAULT_STDOUT_CALLBACK")
-    except Exception:  # an unreadable config: the environment says the same in most cases
-        name = None
-    return str(name or os.environ.get("ANSIBLE_STDOUT_CALLBACK") or "default")
-
-
-def progress_wanted(callback: str, env: Mapping[str, str]) -> bool:
-    """Print progress lines? Only into a stream that people read."""
-    forced = (env.get(PROGRESS_ENV) or "").strip().lower()
-    if forced in _YES:
-        return True
-    if forced in _NO:
-        return False
-    name = callback.strip()
-    for prefix in _HUMAN_PREFIXES:
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-            break
-    return name in HUMAN_CALLBACKS
-
-
-def slice_seconds(args: Mapping[str, Any], env: Mapping[str, str]) -> float:
-    """The task's `slice_seconds`, else the controller's environment, else 10 s."""
-    value = args.get("slice_seconds")
-    if value is None or value == "":
-        value = env.get(SLICE_ENV) or SLICE_DEFAULT_S
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError("slice_seconds must be a number of seconds (got %r)" % (value,))
-    if not 0 <= seconds <= SLICE_MAX_S:
-        raise ValueError("slice_seconds must be between 0 and %.0f (got %s)" % (SLICE_MAX_S, value))
-    return seconds
 
 
 def instance_label(args: Mapping[str, Any]) -> str:
     record = args.get("record")
     name = args.get("name") or (record.get("name") if isinstance(record, Mapping) else None)
     return str(name or "sglang")
-
-
-def as_single_call(result: Dict[str, Any], args: Mapping[str, Any]) -> Dict[str, Any]:
-    """The last slice's result as one module call returns it: no private argument echoed."""
-    final = dict(result)
-    invocation = final.get("invocation")
-    if isinstance(invocation, dict) and isinstance(invocation.get("module_args"), dict):
-        module_args = dict(invocation["module_args"])
-        module_args.pop("_resume", None)
-        module_args["slice_seconds"] = args.get("slice_seconds")
-        final["invocation"] = dict(invocation, module_args=module_args)
-    for key in ("pending", "resume_state"):
-        final.pop(key, None)
-    return final
 
 
 class ActionModule(ActionBase):
@@ -114,7 +51,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = dict(self._task.args)
         try:
-            seconds = slice_seconds(args, os.environ)
+            seconds = P.slice_seconds(args, os.environ, SLICE_ENV)
         except ValueError as exc:
             return dict(result, failed=True, msg=str(exc), reason="invalid_argument", ready=False, changed=False)
         wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
@@ -131,9 +68,8 @@ class ActionModule(ActionBase):
         return merge_hash(result, res)
 
     def _sliced(self, args: Dict[str, Any], seconds: float, task_vars: Dict[str, Any]) -> Dict[str, Any]:
-        show = progress_wanted(stdout_callback_name(), os.environ)
-        who = "%s %s" % (task_vars.get("inventory_hostname") or self._play_context.remote_addr,
-                         instance_label(args))
+        show = P.progress_wanted(P.stdout_callback_name(), os.environ)
+        who = P.host_label(task_vars, self._play_context.remote_addr, instance_label(args))
         resume: Dict[str, Any] = {}
         while True:
             res = self._execute_module(module_name=MODULE, task_vars=task_vars,
@@ -145,7 +81,7 @@ class ActionModule(ActionBase):
             if show:
                 display.display("%s: %s" % (who, _progress.progress_line(
                     res.get("progress") or {}, res.get("since_launch"), res.get("last_start_seconds"))))
-        final = as_single_call(res, args)
+        final = P.as_single_call(res, args)
         if show and final.get("ready"):
             display.display("%s: %s" % (who, _progress.ready_line(
                 final.get("start_seconds"), final.get("last_start_seconds"), bool(final.get("slow_start")),

@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.llmops.sglang.plugins.action import sglang_ready as action
 from ansible_collections.llmops.sglang.plugins.module_utils import _timeline_store as ts
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
 
 PHASES = [{"phase": "weight load begin", "seconds": 4.1, "line": "[t TP0] Load weight begin."},
           {"phase": "ready", "seconds": 250.0, "line": "[t] The server is fired up and ready to roll!"}]
@@ -95,30 +96,30 @@ def test_slow_start_is_more_than_one_and_a_half_times_the_last(start, last, slow
     ("community.general.yaml", False), ("awx_display", False), ("tree", False), ("someone.else.default", False),
 ])
 def test_progress_lines_only_for_a_human_stdout_callback(callback, shown):
-    assert action.progress_wanted(callback, {}) is shown
+    assert P.progress_wanted(callback, {}) is shown
 
 
 def test_progress_can_be_forced_either_way():
-    assert action.progress_wanted("json", {action.PROGRESS_ENV: "always"}) is True
-    assert action.progress_wanted("default", {action.PROGRESS_ENV: "never"}) is False
+    assert P.progress_wanted("json", {P.PROGRESS_ENV: "always"}) is True
+    assert P.progress_wanted("default", {P.PROGRESS_ENV: "never"}) is False
 
 
 def test_slice_seconds_from_the_task_then_the_environment():
-    assert action.slice_seconds({}, {}) == 10.0
-    assert action.slice_seconds({}, {action.SLICE_ENV: "2.5"}) == 2.5
-    assert action.slice_seconds({"slice_seconds": 4}, {action.SLICE_ENV: "2.5"}) == 4.0
-    assert action.slice_seconds({"slice_seconds": 0}, {}) == 0.0
+    assert P.slice_seconds({}, {}, action.SLICE_ENV) == 10.0
+    assert P.slice_seconds({}, {action.SLICE_ENV: "2.5"}, action.SLICE_ENV) == 2.5
+    assert P.slice_seconds({"slice_seconds": 4}, {action.SLICE_ENV: "2.5"}, action.SLICE_ENV) == 4.0
+    assert P.slice_seconds({"slice_seconds": 0}, {}, action.SLICE_ENV) == 0.0
     for bad in ("soon", -1, 601):
         with pytest.raises(ValueError):
-            action.slice_seconds({"slice_seconds": bad}, {})
+            P.slice_seconds({"slice_seconds": bad}, {}, action.SLICE_ENV)
 
 
 def test_the_last_slice_reads_like_one_call():
     res = {"ready": True, "pending": False, "resume_state": {"x": 1},
            "invocation": {"module_args": {"name": "ext", "slice_seconds": 10.0, "_resume": {"state": {}}}}}
-    final = action.as_single_call(res, {"name": "ext"})
+    final = P.as_single_call(res, {"name": "ext"})
     assert "resume_state" not in final and "pending" not in final
-    assert final["invocation"]["module_args"] == {"name": "ext", "slice_seconds": None}
+    assert final["invocation"]["module_args"] == {"name": "ext", "slice_seconds": None, "_resume": None}
 
 
 def test_instance_label():
