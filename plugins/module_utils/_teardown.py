@@ -36,7 +36,6 @@ class Options:
     shm_dir: str = _shm.SHM_DIR
     purge_paths: List[str] = field(default_factory=list)
     gpu_backend: str = "auto"
-    remove_record: bool = True
 
 
 def validate_options(opts: Options, state_dir: Optional[str]) -> None:
@@ -536,7 +535,7 @@ def execute(plan: Plan, opts: Options) -> Dict[str, object]:
         survivors, d_state = _leftovers(run)
         ports_after, gpu_left, report = _verify_phase(plan, opts, run)
         ok = not survivors and not ports_after and not gpu_left and not run.errors
-        files = _clean(plan, opts, ok, run)
+        files = _clean(plan, ok, run)
         result = _result(plan, run, survivors, d_state, files)
         result.update(ports_after=ports_after, gpu_processes_left=gpu_left,
                       gpus_after=_gpus_after(report, plan.scope.gpus) if report else [])
@@ -662,12 +661,12 @@ class Cleaned:
     record_removed: List[str] = field(default_factory=list)
 
 
-def _clean(plan: Plan, opts: Options, ok: bool, run: Run) -> Cleaned:
+def _clean(plan: Plan, ok: bool, run: Run) -> Cleaned:
     """Phase 4: files no live process holds; the instance's own files only after a success."""
     t = time.monotonic()
     removed, kept, file_errors = _remove_files(plan)
     cleaned = Cleaned(removed, kept, file_errors)
-    if ok and opts.remove_record:
+    if ok:
         cleaned.tmpdir_removed, cleaned.record_removed = _remove_instance_files(plan, cleaned.errors)
     run.timings["cleanup"] = round(time.monotonic() - t, 3)
     return cleaned
