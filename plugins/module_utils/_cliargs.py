@@ -26,10 +26,6 @@ DEDICATED_FLAGS: Dict[str, str] = {
     "--tensor-parallel-size": "tp_size",
     "--api-key": "api_key",
 }
-# A log level above INFO hides the ready line (and uvicorn's "Uvicorn running on").
-QUIET_LOG_FLAGS = ("--log-level", "--log-level-http")
-QUIET_LOG_LEVELS = ("warning", "error", "critical", "fatal")
-
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _FLAG_INT_TYPES = ("int", "human_readable_int")
 _FLAG_FLOAT_TYPES = ("float",)
@@ -252,15 +248,6 @@ def server_argv(entry: Sequence[str], model_path: str, host: str, port: int, tp_
     if api_key:
         argv += ["--api-key", api_key]  # sglang only takes it on argv; redacted everywhere else
     return argv + args_to_argv(args, flags)
-
-
-def quiet_log_level(args: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
-    """(flag, level) when a log level would hide the ready line."""
-    for flag in QUIET_LOG_FLAGS:
-        value = args.get(flag)
-        if isinstance(value, str) and value.strip().lower() in QUIET_LOG_LEVELS:
-            return flag, value
-    return None
 
 
 def expected_server_info(model_path: str, tp_size: int, port: int, args: Mapping[str, Any]) -> Dict[str, Any]:

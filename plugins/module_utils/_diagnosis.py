@@ -8,10 +8,9 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
+from ansible_collections.llmops.sglang.plugins.module_utils import _logpatterns
 from ansible_collections.llmops.sglang.plugins.module_utils._redact import describe_cmdline
 
-# Log levels above INFO hide "The server is fired up and ready to roll!" (an INFO line).
-_QUIET_LEVELS = ("warning", "error", "critical")
 GIB = 1024.0 ** 3
 
 
@@ -80,8 +79,9 @@ def servers(items: List[Dict[str, Any]], now: Optional[float] = None) -> List[st
     now = time.time() if now is None else now
     out: List[str] = []
     for server in items:
-        level = str(server.get("args", {}).get("log_level", "")).lower()
-        if server.get("main") and level in _QUIET_LEVELS:
+        level = str(server.get("args", {}).get("log_level", "")).strip().lower()
+        # a level above INFO hides "The server is fired up and ready to roll!" (an INFO line)
+        if server.get("main") and _logpatterns.is_quiet_level(level):
             out.append("server pid %s runs with --log-level %s: its log never shows the ready line "
                        "'The server is fired up and ready to roll!'" % (server["pid"], level))
         orphans = [m for m in server.get("members", []) if m.get("orphaned")]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _cliargs
+from ansible_collections.llmops.sglang.plugins.module_utils import _cliargs, _logpatterns
 from ansible_collections.llmops.sglang.plugins.module_utils._redact import MASK
 
 # The shape _introspect.introspect() returns (subset).
@@ -118,9 +118,9 @@ def test_dedicated_flags_caught_by_name_and_alias():
 
 
 def test_quiet_log_level_and_expect():
-    assert _cliargs.quiet_log_level({"--log-level": "WARNING"}) == ("--log-level", "WARNING")
-    assert _cliargs.quiet_log_level({"--log-level-http": "error"})
-    assert _cliargs.quiet_log_level({"--log-level": "info"}) is None
+    assert _logpatterns.quiet_flag({"--log-level": "WARNING"}) == ("--log-level", "WARNING")
+    assert _logpatterns.quiet_flag({"--log-level-http": "error"})
+    assert _logpatterns.quiet_flag({"--log-level": "info"}) is None
     expect = _cliargs.expected_server_info("/m", 8, 8000, {"--reasoning-parser": "kimi_k2",
                                                            "--tool-call-parser": "kimi_k2",
                                                            "--trust-remote-code": True})

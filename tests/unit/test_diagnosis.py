@@ -38,6 +38,16 @@ def test_servers_log_level_orphans_dead_main_and_d_state():
     assert any("no main server process" in s and "1 hour" in s and "bob" in s and "20" in s for s in out)
 
 
+def test_every_level_the_readiness_wait_calls_quiet_is_named():
+    """The probe's sentence and the readiness wait judge the level by the same rule
+    (_logpatterns.is_quiet_level): `fatal` and `warn` hide the ready line too."""
+    for level, named in (("fatal", True), ("warn", True), ("ERROR", True), ("info", False), ("debug", False)):
+        server = {"id": "10", "pid": 10, "main": True, "args": {"log_level": level}, "start_time": 0,
+                  "members": [member(10, "main", 1)]}
+        out = G.servers([server], now=1.0)
+        assert any("ready line" in s for s in out) is named, level
+
+
 def test_ports_holder_sentences():
     srv = {"id": "10", "pid": 10, "main": True, "user": "root", "start_time": 0.0, "instance": "ext",
            "argv": ["/v/bin/python", "-m", "sglang.launch_server", "--port", "8000"], "pids": [10]}
