@@ -21,7 +21,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import 
     DEFAULT_SEARCH_PATHS, Resolving, discover, in_use, untrusted_install)
 from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import start as start_resolve
 from ansible_collections.llmops.sglang.plugins.module_utils._record import default_state_dir, read_json
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, redact_tree
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, redact_deep
 
 T = TypeVar("T")
 Warn = Callable[[str], None]
@@ -133,10 +133,10 @@ def probe_port(port: int, servers: List[Any], procs: Dict[int, Any], api_key: Op
         return rep
     secrets = [api_key]
     rep["reachable"] = True
-    rep["server_info"] = redact_tree(info, secrets=secrets)
+    rep["server_info"] = redact_deep(info, secrets)
     rep["version"] = info.get("version")
     model, model_error = _http.model_info(socks[0].address, port, api_key, timeout)
-    rep["model_info"] = redact_tree(model, secrets=secrets) if model is not None else None
+    rep["model_info"] = redact_deep(model, secrets) if model is not None else None
     if model_error:
         rep["model_info_error"] = model_error
     return rep

@@ -83,11 +83,6 @@ def redact_deep(data: Any, secrets: Iterable[Optional[str]] = (), keys: Iterable
     return walk(data)
 
 
-def redact_tree(data: object, keys: Iterable[str] = SECRET_KEYS, secrets: Iterable[Optional[str]] = ()) -> object:
-    """redact_deep with the (keys, secrets) argument order of its first callers."""
-    return redact_deep(data, secrets, keys)
-
-
 # --- describing a process ----------------------------------------------------------------------
 
 def mask_cmdline(argv: Sequence[str], extra_flags: Iterable[str] = ()) -> List[str]:

@@ -332,7 +332,7 @@ def test_redact_env_text_mapping_tree():
     assert "abc" not in out and "xyz" not in out and "=q" not in out and "hf_1" not in out and "port=1" not in out
     assert _redact.redact_deep({"api_key": "a", "admin_api_key": None, "x": 1}) == \
         {"api_key": _redact.MASK, "admin_api_key": None, "x": 1}
-    tree = _redact.redact_tree({"a": [{"api_key": "s"}], "b": "say secretvalue", "c": None}, secrets=["secretvalue"])
+    tree = _redact.redact_deep({"a": [{"api_key": "s"}], "b": "say secretvalue", "c": None}, ["secretvalue"])
     assert tree == {"a": [{"api_key": _redact.MASK}], "b": "say " + _redact.MASK, "c": None}
 
 
