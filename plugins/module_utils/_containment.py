@@ -222,8 +222,7 @@ def _describe(pid: int) -> Dict[str, Any]:
     proc = _procs.read_proc(pid)
     if proc is None:
         return {"pid": pid, "name": "?", "cmdline": "", "user": "?"}
-    return {"pid": pid, "name": proc.comm, "user": proc.user,
-            "cmdline": _redact.describe_cmdline(proc.cmdline, proc.comm, CMDLINE_LIMIT)}
+    return _redact.describe_process(proc, limit=CMDLINE_LIMIT)
 
 
 def members_of(record: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optiona
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _redact
 from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import _venv_root_of
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, redact_env
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, masked_argv, redact_env
 
 if TYPE_CHECKING:  # imported where used: a host without servers never compiles the port reader
     from ansible_collections.llmops.sglang.plugins.module_utils._ports import Listener
@@ -57,7 +57,7 @@ class Member:
             "pid": p.pid, "ppid": p.ppid, "pgid": p.pgid, "sid": p.sid, "role": self.role,
             "rank": "_".join(_RANK.findall(title)) or None, "user": p.user, "state": p.state,
             "start_time": p.start_time, "orphaned": self.orphaned, "reason": self.reason,
-            "cmdline": mask_cmdline(p.cmdline) if p.cmdline else ["[%s]" % p.comm],
+            "cmdline": masked_argv(p.cmdline, p.comm),
         }
 
 

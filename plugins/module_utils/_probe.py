@@ -21,7 +21,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import 
     DEFAULT_SEARCH_PATHS, Resolving, discover, in_use, untrusted_install)
 from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import start as start_resolve
 from ansible_collections.llmops.sglang.plugins.module_utils._record import default_state_dir, read_json
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, redact_deep
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_cmdline, masked_argv, redact_deep
 
 T = TypeVar("T")
 Warn = Callable[[str], None]
@@ -56,7 +56,7 @@ def _holder(pid: int, procs: Dict[int, Any]) -> Dict[str, Any]:
     proc = procs.get(pid) or _procs.read_proc(pid)
     if proc is None:
         return {"pid": pid, "user": None, "cmdline": []}
-    return {"pid": pid, "user": proc.user, "cmdline": mask_cmdline(proc.cmdline) or ["[%s]" % proc.comm]}
+    return {"pid": pid, "user": proc.user, "cmdline": masked_argv(proc.cmdline, proc.comm)}
 
 
 def processes() -> Tuple[Dict[int, Any], List[Any]]:

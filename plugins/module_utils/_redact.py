@@ -91,6 +91,12 @@ def mask_cmdline(argv: Sequence[str], extra_flags: Iterable[str] = ()) -> List[s
     return [redact_text(arg) for arg in redact_argv(argv, extra_flags)]
 
 
+def masked_argv(argv: Sequence[str], comm: Optional[str]) -> List[str]:
+    """A process's argv as a list fit to show (mask_cmdline), `[comm]` when it has none
+    (kernel threads, zombies): the list form of describe_cmdline, for results that keep argv."""
+    return mask_cmdline(argv) or ["[%s]" % comm]
+
+
 def describe_cmdline(argv: Sequence[str], comm: Optional[str] = None, limit: int = 0) -> str:
     """The one-line command line of a process for messages and results, secrets masked;
     `[comm]` when it has none (kernel threads, zombies); cut to `limit` characters when > 0."""

@@ -64,3 +64,17 @@ def test_describe_process_is_the_one_process_description():
     assert _redact.describe_process(proc, limit=10)["cmdline"] == "srv --a..."
     kthread = _procs.Proc(pid=2, ppid=0, pgid=0, sid=0, comm="kthreadd", state="S", uid=0, start_time=1.0)
     assert _redact.describe_process(kthread)["cmdline"] == "[kthreadd]"
+
+
+def test_masked_argv_is_the_list_form_of_the_description():
+    # results that keep argv as a list (the probe's port holders and server members) mask it
+    # the same way and show `[comm]` for a process without a command line
+    from ansible_collections.llmops.sglang.plugins.module_utils import _discovery, _procs
+    proc = _procs.Proc(pid=42, ppid=1, pgid=42, sid=42, comm="srv", state="S", uid=0, start_time=1.0,
+                       cmdline=["srv", "--api-key", "k3y-old", "sglang::x --api-key k3y-old"])
+    assert _redact.masked_argv(proc.cmdline, proc.comm) == ["srv", "--api-key", MASK, "sglang::x --api-key " + MASK]
+    assert " ".join(_redact.masked_argv(proc.cmdline, proc.comm)) == _redact.describe_cmdline(proc.cmdline, proc.comm)
+    assert _redact.masked_argv([], "kthreadd") == ["[kthreadd]"]
+    kthread = _procs.Proc(pid=2, ppid=0, pgid=0, sid=0, comm="kthreadd", state="S", uid=0, start_time=1.0)
+    assert _discovery.Member(kthread, "other", "test").to_dict()["cmdline"] == ["[kthreadd]"]
+    assert _discovery.Member(proc, "main", "test").to_dict()["cmdline"] == _redact.masked_argv(proc.cmdline, "srv")
