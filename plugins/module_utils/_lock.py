@@ -77,6 +77,8 @@ def _read_text(path: str) -> Optional[str]:
 def process_start(pid: int) -> Optional[int]:
     """Start time of `pid` in clock ticks since boot (/proc/PID/stat field 22); None when there
     is no such process (or no /proc). Exact, so a reused pid never compares equal."""
+    # Read by hand on purpose: the action plugin runs this on the CONTROLLER, where psutil is
+    # not a requirement, and both halves must agree on the unit stored in lock files.
     raw = _read_text("/proc/%d/stat" % pid)
     if raw is None:
         return None
