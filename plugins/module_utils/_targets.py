@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _ports, _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import describe_cmdline
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import describe_process
 
 # Names that must never be signalled: GPU daemons (killing them can hang the GPU), remote
 # access and init. Globs, matched against comm and the basename of argv[0].
@@ -251,9 +251,7 @@ class Target:
 
     def to_dict(self) -> Dict[str, object]:
         p = self.proc
-        return {"pid": p.pid, "name": p.comm, "cmdline": describe_cmdline(p.cmdline, p.comm),
-                "user": p.user, "pgid": p.pgid, "sid": p.sid, "start_time": p.start_time,
-                "reasons": list(self.reasons)}
+        return describe_process(p, pgid=p.pgid, sid=p.sid, start_time=p.start_time, reasons=list(self.reasons))
 
 
 @dataclass
@@ -277,17 +275,9 @@ class Selection:
             return
         self.never[proc.pid] = why
         if why == NS_WHY:
-            self.other_namespaces.append(describe(proc, would_be=would_be, pid_namespace=world.pidns(proc.pid)))
+            self.other_namespaces.append(describe_process(proc, would_be=would_be, pid_namespace=world.pidns(proc.pid)))
         else:
-            self.spared.append(describe(proc, would_be=would_be, why_not=why))
-
-
-def describe(proc: _procs.Proc, **extra: object) -> Dict[str, object]:
-    # the one describer (_redact): secrets masked after flags and inside one-string titles
-    out: Dict[str, object] = {"pid": proc.pid, "name": proc.comm, "user": proc.user,
-                              "cmdline": describe_cmdline(proc.cmdline, proc.comm)}
-    out.update(extra)
-    return out
+            self.spared.append(describe_process(proc, would_be=would_be, why_not=why))
 
 
 def protected_by(proc: _procs.Proc, protect: Iterable[str]) -> Optional[str]:
@@ -573,7 +563,7 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
                                          % (pid, proc.comm, proc.user, blocked))
                 else:
                     sel.foreign_listeners.extend(
-                        describe(proc, port=l.port, family=l.family, address=l.address, why_not=blocked)
+                        describe_process(proc, port=l.port, family=l.family, address=l.address, why_not=blocked)
                         for l in port_listeners[pid])
             continue
         target = Target(proc, list(candidates[pid]), via_port=pid in port_pids)
@@ -590,7 +580,7 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
             continue
         sel.never.setdefault(pid, "marked as another instance")
         if _procs.sglang_reason(proc) or pid in candidates:
-            sel.other_instances.append(describe(proc, instance=instance))
+            sel.other_instances.append(describe_process(proc, instance=instance))
     return sel
 
 
@@ -632,7 +622,7 @@ def contain(sel: Selection, members: Iterable[int]) -> None:
     for pid, target in sorted(outside.items()):
         if pid not in kept:
             sel.never[pid] = OUTSIDE_WHY
-            sel.outside_cgroup.append(describe(target.proc, would_be=list(target.reasons)))
+            sel.outside_cgroup.append(describe_process(target.proc, would_be=list(target.reasons)))
     sel.foreign_gpu = [f for f in sel.foreign_gpu if f["pid"] not in inside]
 
 
@@ -690,7 +680,7 @@ def _classify_gpu_users(sel: Selection, scope: Scope, world: World, other: Dict[
         proc = world.procs.get(pid)
         if proc is None or proc.is_zombie:
             continue
-        entry = describe(proc, gpus={str(i): _gib(m) for i, m in sorted(per_gpu.items())})
+        entry = describe_process(proc, gpus={str(i): _gib(m) for i, m in sorted(per_gpu.items())})
         in_other_ns = other_namespace(proc, world) and pid not in sel.named
         if in_other_ns:
             entry["pid_namespace"] = world.pidns(pid)
@@ -718,4 +708,4 @@ def _classify_gpu_users(sel: Selection, scope: Scope, world: World, other: Dict[
         proc = world.procs.get(pid)
         if proc is None:
             continue
-        sel.device_file_holders.append(describe(proc, files=files, target=pid in sel.targets))
+        sel.device_file_holders.append(describe_process(proc, files=files, target=pid in sel.targets))

@@ -8,9 +8,9 @@ import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _ports, _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import MASK
+from ansible_collections.llmops.sglang.plugins.module_utils._redact import MASK, describe_process
 from ansible_collections.llmops.sglang.plugins.module_utils._targets import (
-    InstanceFiles, OpenFiles, Scope, World, attribute, build_scope, describe, protected_by, select,
+    InstanceFiles, OpenFiles, Scope, World, attribute, build_scope, protected_by, select,
     validate_gpus, validate_pattern)
 
 UID = 1000
@@ -311,7 +311,10 @@ def test_process_descriptions_mask_secrets_in_titles_and_token_flags(argv):
     other = P(51, 1, argv + ["zzdesc"], comm="python", uid=0)      # another user's: spared
     sel = select(scope(patterns=["zzdesc"], sglang_processes=False), world([target, other]))
     assert set(sel.targets) == {50} and [s["pid"] for s in sel.spared] == [51]
-    shown = [sel.targets[50].to_dict()["cmdline"], sel.spared[0]["cmdline"], describe(target)["cmdline"]]
+    shown = [sel.targets[50].to_dict()["cmdline"], sel.spared[0]["cmdline"], describe_process(target)["cmdline"]]
     for text in shown:
         assert SECRET not in text and MASK in text, text
-    assert describe(P(52, 2, [], comm="kworker/0:1"))["cmdline"] == "[kworker/0:1]"
+    assert describe_process(P(52, 2, [], comm="kworker/0:1"))["cmdline"] == "[kworker/0:1]"
+    # a target is described by the same describer, with what a teardown signals it by
+    assert set(sel.targets[50].to_dict()) == {"pid", "name", "user", "cmdline", "pgid", "sid", "start_time",
+                                              "reasons"}
