@@ -188,9 +188,8 @@ class Readiness:
 
     # -- how the log is read -------------------------------------------------------------
     def _holds_port(self) -> bool:
-        """Does this launch already listen on its port (the kernel's socket table first)?"""
-        port = self.inst.port
-        if not port or not _ports.has_listener(port):
+        """Does this launch already listen on its port? One scan names the port's holders."""
+        if not self.inst.port:
             return False
         owners = self._port_owners()
         if owners.ours:
