@@ -2,7 +2,7 @@
 """The launch options that bring back the configuration of a previous launch record (the
 rollback of a failed restart). Controller side only.
 
-    {{ sglang_restart_plan.record | llmops.sglang.rollback_launch_options(sglang_restart_args,
+    {{ __sglang_restart_plan.record | llmops.sglang.rollback_launch_options(sglang_restart_args,
                                                                           sglang_restart_env, sglang_restart_api_key) }}
 """
 from __future__ import annotations

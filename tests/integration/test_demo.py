@@ -85,10 +85,8 @@ def _summary_phases(lines: List[str]) -> List[str]:
 # (always on a loaded machine): the printed path does not exist. Not strict: on a fast machine
 # the three can fall in one second. This marker goes with the role change that names the report
 # once (a set_fact of the name before the two templates and the message).
-REPORT_NAME_BUG = pytest.mark.xfail(strict=False, reason="the printed report path is named again at print time")
 
 
-@REPORT_NAME_BUG
 def test_demo_shows_where_the_host_stands_the_log_early_and_the_report(demo):
     out = demo["out"]
     assert demo["run"].returncode == 0, out[-6000:]
@@ -127,7 +125,6 @@ def test_demo_shows_where_the_host_stands_the_log_early_and_the_report(demo):
     assert _http.request("127.0.0.1", demo["port"], "/health", timeout=2).status is None
 
 
-@REPORT_NAME_BUG
 def test_demo_report_renders_in_headless_chromium(demo, browser_tools, tmp_path):  # noqa: F811
     from playwright.sync_api import sync_playwright
 

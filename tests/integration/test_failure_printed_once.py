@@ -55,7 +55,6 @@ CASES = {
 # this marker must go with the role change that prints it once (the plan task does not fail on
 # a refused preflight; a short fail task right after it stops the host; the summary lists the
 # errors), and the test then guards it.
-@pytest.mark.xfail(strict=True, reason="the failed plan task dumps the preflight error 5 times before the summary")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_preflight_error_is_printed_once(tmp_path, case):
     overrides, decisive = CASES[case]

@@ -84,7 +84,7 @@ def test_restart_extraction_shows_progress_before_the_ready_line(tmp_path):
         # every line shows the time since the launch
         assert all(re.search(r"\(\d+(?:s|m\d\ds)", text) for text in progress), progress
         # printed while the ready task ran, before its verdict line
-        task = out.index("TASK [llmops.sglang.sglang_restart : Wait until the server is ready")
+        task = out.index("TASK [llmops.sglang.sglang_ready : Wait until the server is ready")
         verdict = out.index("ok: [localhost]", task)
         first = out.index("localhost %s: %s" % (name, progress[0]))
         last = out.index("localhost %s: ready in" % name)
