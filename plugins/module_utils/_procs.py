@@ -536,6 +536,9 @@ def descendants(pid: int, procs: Dict[int, Proc]) -> Set[int]:
 # --- what counts as an sglang process -----------------------------------------------------
 
 _TITLE = re.compile(r"^sglang::[A-Za-z_]")
+# Titles of the sglang prefix that are no server process: sglang-router's launcher sets
+# `sglang::router` (setproctitle); a title sweep of a worker's host must never stop the router.
+_NOT_SERVER_TITLE = re.compile(r"^sglang::router(?![A-Za-z0-9_])")
 _RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"
 
 
@@ -549,8 +552,12 @@ def sglang_reason(proc: Proc) -> Optional[str]:
     sglang.log`, `vim sglang_notes.txt` or a shell whose command line mentions sglang are not."""
     argv = proc.cmdline
     if argv and _TITLE.match(argv[0]):
+        if _NOT_SERVER_TITLE.match(argv[0]):
+            return None
         return "sglang process title %s" % argv[0].split()[0]
     if not argv and proc.comm.startswith("sglang::"):
+        if _NOT_SERVER_TITLE.match(proc.comm):
+            return None
         return "sglang process name %s" % proc.comm
     if len(argv) >= 3 and _is_python(argv[0]):
         for i, arg in enumerate(argv[1:-1], start=1):
