@@ -108,6 +108,8 @@ options:
       - Select sglang servers by process title / command line. With O(name), only unmarked
         (hand-started) sglang processes and this instance's; set V(false) to rely on the launch
         record, marker, ports and patterns only (recommended on hosts shared by several users).
+      - sglang-router's process (title C(sglang::router)) is never selected by title; it is no
+        server, and a worker's host often runs the router too.
     type: bool
     default: true
   all_users:
