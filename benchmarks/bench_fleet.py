@@ -12,11 +12,27 @@ takes over two minutes here).
 from __future__ import annotations
 
 import configparser
+import json
 import os
-from typing import Any, Dict, List
+import time
+from typing import Any, Dict, List, Optional
 
 import common as C
-from bench_restart import playbook
+from bench_restart import recap
+
+
+def playbook(pb: str, extra: Dict[str, Any], more: Optional[List[str]] = None, inventory: Optional[str] = None
+             ) -> Dict[str, Any]:
+    """One ansible-playbook run with `extra` as an extra-vars file: rc, wall, the recap."""
+    ev = C.path("fleet", "ev-%s.json" % time.time())
+    with open(ev, "w") as fh:
+        json.dump(extra, fh)
+    argv = [C.ANSIBLE_PLAYBOOK, "-i", inventory or os.path.join(C.ROOT, "inventory", "local.yml"),
+            os.path.join(C.ROOT, "playbooks", pb), "-e", "@" + ev] + (more or [])
+    rc, wall, out = C.run_timed(argv, timeout=600)
+    with open(C.path("fleet", "out-%s-%d.log" % (pb, int(time.time() * 1000))), "w") as fh:
+        fh.write(out)
+    return {"rc": rc, "wall": wall, "recap": recap(out), "tail": out[-1500:] if rc else ""}
 
 
 def forks() -> int:
