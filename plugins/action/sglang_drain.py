@@ -17,19 +17,13 @@ Lines go to the display only for a human stdout callback (see plugin_utils/_prog
 """
 from __future__ import annotations
 
-import os
-from typing import Any, Dict, Mapping
-
-from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
-from ansible.utils.vars import merge_hash
+from typing import Any, Mapping, Optional
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
+from ansible_collections.llmops.sglang.plugins.plugin_utils._sliced_action import SlicedAction
 
 MODULE = "llmops.sglang.sglang_drain"
 SLICE_ENV = "LLMOPS_SGLANG_DRAIN_SLICE_SECONDS"
-
-display = Display()
 
 
 def what(args: Mapping[str, Any]) -> str:
@@ -74,49 +68,18 @@ def final_line(result: Mapping[str, Any]) -> str:
     return str(result.get("msg") or reason)
 
 
-class ActionModule(ActionBase):
+class ActionModule(SlicedAction):
     """Runs sglang_drain in slices and shows each host's progress between them."""
 
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-    _supports_async = True
+    MODULE = MODULE
+    SLICE_ENV = SLICE_ENV
+    VERDICT_KEY = "drained"
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        del tmp
-        task_vars = task_vars or {}
-        args = dict(self._task.args)
-        try:
-            seconds = P.slice_seconds(args, os.environ, SLICE_ENV)
-        except ValueError as exc:
-            return dict(result, failed=True, msg=str(exc), reason="invalid_argument", drained=False, changed=False)
-        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
-        if wrap_async or seconds == 0:
-            res = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars,
-                                       wrap_async=wrap_async)
-            if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)
-            return merge_hash(result, res)
-        try:
-            res = self._sliced(args, seconds, task_vars)
-        finally:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
-        return merge_hash(result, res)
+    def label(self, args: Mapping[str, Any]) -> str:
+        return what(args)
 
-    def _sliced(self, args: Dict[str, Any], seconds: float, task_vars: Dict[str, Any]) -> Dict[str, Any]:
-        show = P.progress_wanted(P.stdout_callback_name(), os.environ)
-        who = P.host_label(task_vars, self._play_context.remote_addr, what(args))
-        resume: Dict[str, Any] = {}
-        while True:
-            res = self._execute_module(module_name=MODULE, task_vars=task_vars,
-                                       module_args=dict(args, slice_seconds=seconds, _resume=resume))
-            state = res.get("resume_state")
-            if res.get("failed") or not res.get("pending") or not isinstance(state, dict):
-                break
-            resume = state
-            if show:
-                display.display("%s: %s" % (who, progress_line(res.get("progress") or {})))
-        final = P.as_single_call(res, args)
-        if show and not final.get("failed"):
-            display.display("%s: %s" % (who, final_line(final)))
-        return final
+    def progress_text(self, res: Mapping[str, Any]) -> str:
+        return progress_line(res.get("progress") or {})
+
+    def final_text(self, final: Mapping[str, Any]) -> Optional[str]:
+        return None if final.get("failed") else final_line(final)

@@ -16,20 +16,13 @@ Lines go to the display only for a human stdout callback (see plugin_utils/_prog
 """
 from __future__ import annotations
 
-import os
-from typing import Any, Dict, Mapping
-
-from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
-from ansible.utils.vars import merge_hash
+from typing import Any, Mapping, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _progress
-from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
+from ansible_collections.llmops.sglang.plugins.plugin_utils._sliced_action import SlicedAction
 
 MODULE = "llmops.sglang.sglang_ready"
 SLICE_ENV = "LLMOPS_SGLANG_READY_SLICE_SECONDS"
-
-display = Display()
 
 
 def instance_label(args: Mapping[str, Any]) -> str:
@@ -38,52 +31,22 @@ def instance_label(args: Mapping[str, Any]) -> str:
     return str(name or "sglang")
 
 
-class ActionModule(ActionBase):
+class ActionModule(SlicedAction):
     """Runs sglang_ready in slices and shows each host's progress between them."""
 
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-    _supports_async = True
+    MODULE = MODULE
+    SLICE_ENV = SLICE_ENV
+    VERDICT_KEY = "ready"
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        del tmp
-        task_vars = task_vars or {}
-        args = dict(self._task.args)
-        try:
-            seconds = P.slice_seconds(args, os.environ, SLICE_ENV)
-        except ValueError as exc:
-            return dict(result, failed=True, msg=str(exc), reason="invalid_argument", ready=False, changed=False)
-        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
-        if wrap_async or seconds == 0:
-            res = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars,
-                                       wrap_async=wrap_async)
-            if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)
-            return merge_hash(result, res)
-        try:
-            res = self._sliced(args, seconds, task_vars)
-        finally:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
-        return merge_hash(result, res)
+    def label(self, args: Mapping[str, Any]) -> str:
+        return instance_label(args)
 
-    def _sliced(self, args: Dict[str, Any], seconds: float, task_vars: Dict[str, Any]) -> Dict[str, Any]:
-        show = P.progress_wanted(P.stdout_callback_name(), os.environ)
-        who = P.host_label(task_vars, self._play_context.remote_addr, instance_label(args))
-        resume: Dict[str, Any] = {}
-        while True:
-            res = self._execute_module(module_name=MODULE, task_vars=task_vars,
-                                       module_args=dict(args, slice_seconds=seconds, _resume=resume))
-            state = res.get("resume_state")
-            if res.get("failed") or not res.get("pending") or not isinstance(state, dict):
-                break
-            resume = state
-            if show:
-                display.display("%s: %s" % (who, _progress.progress_line(
-                    res.get("progress") or {}, res.get("since_launch"), res.get("last_start_seconds"))))
-        final = P.as_single_call(res, args)
-        if show and final.get("ready"):
-            display.display("%s: %s" % (who, _progress.ready_line(
-                final.get("start_seconds"), final.get("last_start_seconds"), bool(final.get("slow_start")),
-                bool(final.get("already_running")))))
-        return final
+    def progress_text(self, res: Mapping[str, Any]) -> str:
+        return _progress.progress_line(res.get("progress") or {}, res.get("since_launch"),
+                                       res.get("last_start_seconds"))
+
+    def final_text(self, final: Mapping[str, Any]) -> Optional[str]:
+        if not final.get("ready"):
+            return None
+        return _progress.ready_line(final.get("start_seconds"), final.get("last_start_seconds"),
+                                    bool(final.get("slow_start")), bool(final.get("already_running")))
