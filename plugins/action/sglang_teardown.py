@@ -102,8 +102,8 @@ def phase_lines(result: Mapping[str, Any], check_mode: bool, ports: Any = None) 
     if not total and not lines:
         lines.append("nothing was running%s" % (" (%s already gone)" % _count(len(gone), "process") if gone else ""))
     elif total:
-        lines.append("SIGTERM ended %d of %s in %s" % (len(termed), _count(total, "process"),
-                                                        P.duration(timings.get("term"))))
+        lines.append("SIGTERM ended %d of %s in %s"
+                     % (len(termed), _count(total, "process"), P.duration(timings.get("term"))))
     if killed or survivors:
         text = "SIGKILL ended %s in %s" % (_count(len(killed), "process"), P.duration(timings.get("kill")))
         if survivors:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _logpatterns as lp
 from ansible_collections.llmops.sglang.plugins.module_utils._loganalysis import LogAnalyzer
 
 

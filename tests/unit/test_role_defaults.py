@@ -35,8 +35,8 @@ FEEDS = {
             "patterns", "sglang_processes", "all_users", "protect", "foreign_gpu_processes", "grace_period",
             "shm_cleanup", "purge_paths")},
         teardown_timeout=("sglang_teardown", "timeout"),
-        **{s: ("sglang_ready", s) for s in ("timeout", "poll_interval", "extra_ready_patterns",
-                                           "extra_fatal_patterns", "health")},
+        **{s: ("sglang_ready", s)
+           for s in ("timeout", "poll_interval", "extra_ready_patterns", "extra_fatal_patterns", "health")},
         ready_settle=("sglang_ready", "settle")),
 }
 
@@ -108,7 +108,7 @@ def _tasks(role: str):
 
 
 def test_the_restart_reuses_the_thin_roles_tasks():
-    text = "".join(t for _, t in _tasks("sglang_restart"))
+    text = "".join(t for _path, t in _tasks("sglang_restart"))
     assert "llmops.sglang.sglang_launch:" not in text and "llmops.sglang.sglang_ready:" not in text
     # the only direct teardown call is the purge check in check mode of the extraction preflight
     assert text.count("llmops.sglang.sglang_teardown:") == 1
