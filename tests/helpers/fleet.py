@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -176,3 +177,11 @@ class Fleet:
 
     def pids(self) -> Dict[str, int]:
         return {h: int(self.record(h)["pid"]) for h in self.hosts}
+
+
+def recap(out: str) -> Dict[str, Dict[str, int]]:
+    """{host: {ok, changed, failed, ...}} from the PLAY RECAP lines (the last one per host)."""
+    found: Dict[str, Dict[str, int]] = {}
+    for m in re.finditer(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", out, re.M):
+        found[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return found

@@ -5,32 +5,10 @@ into the router; the roll stops there and the hosts after it are not touched. A 
 DOWN (the rollback fails too) stays out."""
 from __future__ import annotations
 
-import re
 import shutil
-from typing import Iterator
 
-import pytest
-
-from helpers.fleet import MODEL_DIR, Fleet, router_python
+from helpers.fleet import MODEL_DIR, Fleet, recap, router_python
 from helpers.loadgen import LoadGen
-
-
-def recap(out: str) -> dict:
-    """{host: {ok, changed, failed, ...}} from the PLAY RECAP lines."""
-    found = {}
-    for m in re.finditer(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", out, re.M):
-        found[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return found
-
-
-@pytest.fixture
-def fleet(tmp_path) -> Iterator[Fleet]:
-    f = Fleet(str(tmp_path / "fleet"), size=3)
-    try:
-        yield f
-    finally:
-        f.stop_router()
-        f.down()
 
 
 def test_a_rolled_back_host_goes_back_into_the_router_and_the_roll_stops(fleet: Fleet) -> None:

@@ -13,37 +13,19 @@ from __future__ import annotations
 import os
 import re
 import signal
-from typing import Iterator
 
 import pytest
 import requests
 
 from helpers.fixtures import emulator_python_path, free_port, run_module, wait_for
-from helpers.fleet import MODEL_DIR, Fleet, router_python
+from helpers.fleet import MODEL_DIR, Fleet, recap, router_python
 from helpers.loadgen import HealthSampler, LoadGen
 
-
-def recap(out: str) -> dict:
-    """{host: {ok, changed, failed, ...}} from the PLAY RECAP lines (the last one per host)."""
-    found = {}
-    for m in re.finditer(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", out, re.M):
-        found[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return found
 
 
 @pytest.fixture(scope="module")
 def router_py() -> str:
     return router_python()
-
-
-@pytest.fixture
-def fleet(tmp_path) -> Iterator[Fleet]:
-    f = Fleet(str(tmp_path / "fleet"), size=3)
-    try:
-        yield f
-    finally:
-        f.stop_router()
-        f.down()
 
 
 def test_roll_behind_the_router_under_load_fails_no_request(fleet: Fleet, router_py: str) -> None:
