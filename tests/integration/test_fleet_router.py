@@ -22,7 +22,6 @@ from helpers.fleet import MODEL_DIR, Fleet, recap, router_python
 from helpers.loadgen import HealthSampler, LoadGen
 
 
-
 @pytest.fixture(scope="module")
 def router_py() -> str:
     return router_python()
