@@ -34,7 +34,11 @@ _END = "@@LLMOPS_INTERP_END@@"
 
 # Runs inside the target interpreter. Metadata and file checks only: find_spec("sglang") does
 # not execute sglang/__init__.py (which imports torch in 0.5.23). Python-2-parsable on purpose,
-# so an ancient interpreter reports its version instead of a SyntaxError.
+# so an ancient interpreter reports its version instead of a SyntaxError. The dist-info is read
+# by hand where importlib.metadata would find it first (a directory on sys.path), and its absence
+# is said when no entry of sys.path can hold it otherwise: importing importlib.metadata costs more
+# than the rest of the answer. Anything else (a zip or an egg on the path, a finder of its own, an
+# unusual file) asks importlib.metadata, as before.
 _PROBE_SCRIPT = r"""
 import sys, os, json
 out = {"python_version": sys.version.split()[0], "executable": sys.executable,
@@ -55,18 +59,78 @@ out["cli_main"] = bool(loc and os.path.isfile(os.path.join(loc, "cli", "main.py"
 out["version"] = None
 out["dist_path"] = None
 out["console_scripts"] = []
+
+
+def by_hand():
+    import io
+    import importlib.machinery
+    for finder in sys.meta_path:
+        if getattr(finder, "find_distributions", None) is not None and finder is not importlib.machinery.PathFinder:
+            return None
+    for entry in sys.path:
+        root = entry or "."
+        if not os.path.isdir(root) or root.lower().endswith(".egg"):
+            if os.path.exists(root):
+                return None
+            continue
+        for child in os.listdir(root):
+            low = child.lower()
+            if not low.endswith((".dist-info", ".egg-info")):
+                continue
+            name = low.rpartition(".")[0].partition("-")[0]
+            for sep in "-.":
+                name = name.replace(sep, "_")
+            while "__" in name:
+                name = name.replace("__", "_")
+            if name != "sglang":
+                continue
+            path = os.path.join(entry, child)
+            if not low.endswith(".dist-info") or not os.path.isdir(path):
+                return None
+            with io.open(os.path.join(path, "METADATA"), encoding="utf-8") as fh:
+                head = fh.read().split("\n\n", 1)[0]
+            version = [line.split(":", 1)[1].strip() for line in head.splitlines()
+                       if line.lower().startswith("version:")]
+            if not version:
+                return None
+            scripts, section = [], None
+            if os.path.exists(os.path.join(path, "entry_points.txt")):
+                with io.open(os.path.join(path, "entry_points.txt"), encoding="utf-8") as fh:
+                    for line in fh.read().splitlines():
+                        line = line.strip()
+                        if not line or line.startswith("#"):
+                            continue
+                        if line.startswith("[") and line.endswith("]"):
+                            section = line.strip("[]")
+                        elif "=" not in line:
+                            return None
+                        elif section == "console_scripts":
+                            scripts.append(line.split("=", 1)[0].strip())
+            return version[0], path, scripts
+    return False
+
+
 try:
+    found = by_hand()
+except Exception:
+    found = None
+if found:
+    out["version"], out["dist_path"], out["console_scripts"] = found
+elif found is False:
+    out["metadata_error"] = "PackageNotFoundError: No package metadata was found for sglang"
+else:
     try:
-        import importlib.metadata as md
-    except ImportError:
-        import importlib_metadata as md
-    dist = md.distribution("sglang")
-    out["version"] = dist.version
-    path = getattr(dist, "_path", None)
-    out["dist_path"] = str(path) if path is not None else None
-    out["console_scripts"] = [ep.name for ep in dist.entry_points if ep.group == "console_scripts"]
-except Exception as exc:
-    out["metadata_error"] = "%s: %s" % (type(exc).__name__, exc)
+        try:
+            import importlib.metadata as md
+        except ImportError:
+            import importlib_metadata as md
+        dist = md.distribution("sglang")
+        out["version"] = dist.version
+        path = getattr(dist, "_path", None)
+        out["dist_path"] = str(path) if path is not None else None
+        out["console_scripts"] = [ep.name for ep in dist.entry_points if ep.group == "console_scripts"]
+    except Exception as exc:
+        out["metadata_error"] = "%s: %s" % (type(exc).__name__, exc)
 sys.stdout.write("__BEGIN__" + json.dumps(out) + "__END__\n")
 """.replace("__BEGIN__", _BEGIN).replace("__END__", _END)
 

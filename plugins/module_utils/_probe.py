@@ -331,6 +331,46 @@ def _asked_python(p: Dict[str, Any]) -> str:
     return os.path.abspath(sys.executable)
 
 
+def _host_view(p: Dict[str, Any], result: Dict[str, Any], table: Optional[Tuple[Dict[int, Any], List[Any]]],
+               state_dir: str, server_user: str, now: float, warn: Warn) -> Dict[str, Any]:
+    """What the probe reads of the host apart from the interpreter (servers' containment,
+    interpreters installed, ports, GPUs, /dev/shm), in `result` in place, with the diagnosis
+    lines of each part returned under its name: the interpreter answers from a process of its
+    own meanwhile, and its lines come first in the diagnosis."""
+    unavailable: List[str] = result["unavailable"]
+    diagnosis: Dict[str, List[str]] = {}
+    procs, servers = table if table is not None else ({}, [])
+    full_records: List[Dict[str, Any]] = []
+    result["records"] = read_records(state_dir, unavailable, full_records) if os.path.isdir(state_dir) else []
+    result["containment"] = host_containment()
+    diagnosis["containment"] = []
+    if table is not None and result["servers"]:
+        readable(unavailable, "containment of the servers", lambda: with_containment(result["servers"], full_records),
+                 None)
+        diagnosis["containment"] = _diagnosis.containment(result["servers"])
+    search = list(p["search_paths"] or DEFAULT_SEARCH_PATHS)
+    result["interpreters"] = discover(search + _install_roots(result["servers"], result["records"]))
+    diagnosis["ports"] = []
+    if p["ports"]:
+        unread = [{"port": port, "listening": None, "server": None, "holders": [], "reachable": False,
+                   "version": None, "error": "not read (see unavailable)", "api_key_sent": False}
+                  for port in p["ports"]]
+        result["ports"] = readable(unavailable, "ports %s" % ", ".join(str(q) for q in p["ports"]), lambda: [
+            probe_port(port, servers, procs, p["api_key"], p["http_timeout"], server_user, unavailable,
+                       [r["launch_id"] for r in full_records if isinstance(r.get("launch_id"), str)])
+            for port in p["ports"]], unread)
+        diagnosis["ports"] = _diagnosis.ports(result["ports"], {s["id"]: s for s in result["servers"]}, now)
+    _probe_report.with_states(result["servers"], result.get("ports"))
+    result["gpus"] = readable(unavailable, "GPUs", lambda: gpus(p["gpu_backend"], servers, procs),
+                              {"backend": "none", "note": "not read", "gpus": []})
+    if p["gpu_backend"] != "none" and result["gpus"].get("backend") == "none":
+        warn("GPUs not checked: %s" % (result["gpus"].get("note") or "no GPU backend"))
+    diagnosis["gpus"] = _diagnosis.gpus(result["gpus"])
+    result["shm"] = readable(unavailable, "shared memory files", lambda: shm(p["shm_dir"]), [])
+    diagnosis["shm"] = _diagnosis.shm(result["shm"])
+    return diagnosis
+
+
 def run(p: Dict[str, Any], warn: Warn) -> Tuple[Dict[str, Any], Optional[SglangError]]:
     """(the full result, the failure if the asked interpreter or introspection failed)."""
     result: Dict[str, Any] = {"changed": False, "interpreter": None, "diagnosis": [], "unavailable": []}
@@ -340,13 +380,20 @@ def run(p: Dict[str, Any], warn: Warn) -> Tuple[Dict[str, Any], Optional[SglangE
     user = _user(os.geteuid())
     server_user = p["server_user"] or user
     _dependencies(p, result, warn)
-    # The interpreter answers from a process of its own: the table is read while it starts.
+    # The interpreter answers from a process of its own: the host is read while it starts.
     try:
         resolving: Optional[Resolving] = start_resolve(venv=p["venv"], python=p["python"])
     except SglangError as exc:
         resolving, failure = None, exc
     now = time.time()
     table = readable(unavailable, "servers (the process table)", processes, None)
+    # Environments only of this user's servers: root can read anyone's, and must not hand them out.
+    result["servers"] = [s.to_dict(now, [user]) for s in table[1]] if table is not None else []
+    if table is None:
+        result["servers"] = servers_by_command_line(now)
+        result["diagnosis"] += _diagnosis.partial_servers(result["servers"])
+    host = _host_view(p, result, table, state_dir, server_user, now, warn)
+    result["diagnosis"] += host["containment"]
     interp: Any = None
     if resolving is not None:
         try:
@@ -354,22 +401,6 @@ def run(p: Dict[str, Any], warn: Warn) -> Tuple[Dict[str, Any], Optional[SglangE
             result["interpreter"] = interp.to_dict()
         except SglangError as exc:
             failure = exc
-
-    procs, servers = table if table is not None else ({}, [])
-    # Environments only of this user's servers: root can read anyone's, and must not hand them out.
-    result["servers"] = [s.to_dict(now, [user]) for s in servers]
-    if table is None:
-        result["servers"] = servers_by_command_line(now)
-        result["diagnosis"] += _diagnosis.partial_servers(result["servers"])
-    full_records: List[Dict[str, Any]] = []
-    result["records"] = read_records(state_dir, unavailable, full_records) if os.path.isdir(state_dir) else []
-    result["containment"] = host_containment()
-    if table is not None:
-        readable(unavailable, "containment of the servers", lambda: with_containment(result["servers"], full_records),
-                 None)
-        result["diagnosis"] += _diagnosis.containment(result["servers"])
-    search = list(p["search_paths"] or DEFAULT_SEARCH_PATHS)
-    result["interpreters"] = discover(search + _install_roots(result["servers"], result["records"]))
 
     # A broken or sglang-less interpreter: what to use instead is what this host's instances run with.
     asked = interp.path if interp is not None else _asked_python(p)
@@ -407,23 +438,7 @@ def run(p: Dict[str, Any], warn: Warn) -> Tuple[Dict[str, Any], Optional[SglangE
                 failure = exc
 
     result["diagnosis"] += _diagnosis.servers(result["servers"], now)
-    if p["ports"]:
-        unread = [{"port": port, "listening": None, "server": None, "holders": [], "reachable": False,
-                   "version": None, "error": "not read (see unavailable)", "api_key_sent": False}
-                  for port in p["ports"]]
-        result["ports"] = readable(unavailable, "ports %s" % ", ".join(str(q) for q in p["ports"]), lambda: [
-            probe_port(port, servers, procs, p["api_key"], p["http_timeout"], server_user, unavailable,
-                       [r["launch_id"] for r in full_records if isinstance(r.get("launch_id"), str)])
-            for port in p["ports"]], unread)
-        result["diagnosis"] += _diagnosis.ports(result["ports"], {s["id"]: s for s in result["servers"]}, now)
-    _probe_report.with_states(result["servers"], result.get("ports"))
-    result["gpus"] = readable(unavailable, "GPUs", lambda: gpus(p["gpu_backend"], servers, procs),
-                              {"backend": "none", "note": "not read", "gpus": []})
-    if p["gpu_backend"] != "none" and result["gpus"].get("backend") == "none":
-        warn("GPUs not checked: %s" % (result["gpus"].get("note") or "no GPU backend"))
-    result["diagnosis"] += _diagnosis.gpus(result["gpus"])
-    result["shm"] = readable(unavailable, "shared memory files", lambda: shm(p["shm_dir"]), [])
-    result["diagnosis"] += _diagnosis.shm(result["shm"])
+    result["diagnosis"] += host["ports"] + host["gpus"] + host["shm"]
     result["diagnosis"] += ["launch record %s names pid %s, which is gone" % (r["path"], r["pid"])
                             for r in result["records"] if r.get("pid") and r.get("alive") is False]
     return result, failure

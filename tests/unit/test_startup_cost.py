@@ -1,0 +1,80 @@
+"""What a module run compiles and imports before it does its work: modules run from source on
+every run (AnsiballZ ships no bytecode), so each import on the common path costs its compile.
+These tests pin the deferrals (nothing here measures time): a library imported where it is used
+stays there, and the interpreter's answer reads sglang's dist-info without importlib.metadata."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.module_utils import _interpreter
+
+REFERENCE = ("import json, importlib.metadata as md\n"
+             "d = md.distribution('sglang')\n"
+             "print(json.dumps({'version': d.version, 'dist_path': str(d._path),\n"
+             "                  'console_scripts': [e.name for e in d.entry_points if e.group == 'console_scripts']}))\n")
+
+
+def _answer(python: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([python, "-X", "importtime", "-c", _interpreter._PROBE_SCRIPT], capture_output=True,
+                          text=True, cwd="/", env=env, check=True)
+
+
+def _parsed(out: str) -> dict:
+    start, end = out.find(_interpreter._BEGIN), out.find(_interpreter._END)
+    return json.loads(out[start + len(_interpreter._BEGIN):end])
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> str:
+    """A venv with an sglang dist-info spelled as pip may spell it (upper case, post release)
+    and a console script beside another entry point group."""
+    root = tmp_path_factory.mktemp("interp") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = str(root / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    os.makedirs(os.path.join(site, "sglang"))
+    open(os.path.join(site, "sglang", "launch_server.py"), "w").close()
+    dist = os.path.join(site, "SGLang-0.5.6.post1.dist-info")
+    os.makedirs(dist)
+    with open(os.path.join(dist, "METADATA"), "w") as fh:
+        fh.write("Metadata-Version: 2.1\nName: SGLang\nVersion: 0.5.6.post1\n\nVersion: not this one\n")
+    with open(os.path.join(dist, "entry_points.txt"), "w") as fh:
+        fh.write("[console_scripts]\nsglang = sglang.cli.main:main\n# a comment\n\n[other]\nx = y:z\n")
+    return python
+
+
+def test_the_interpreters_answer_reads_the_dist_info_without_importlib_metadata(venv):
+    proc = _answer(venv)
+    data = _parsed(proc.stdout)
+    assert "importlib.metadata" not in proc.stderr, "the answer imported importlib.metadata"
+    reference = json.loads(subprocess.run([venv, "-c", REFERENCE], capture_output=True, text=True, cwd="/",
+                                          check=True).stdout)
+    assert {k: data[k] for k in reference} == reference
+    assert data["version"] == "0.5.6.post1" and data["console_scripts"] == ["sglang"]
+
+
+def test_an_interpreter_without_sglang_is_answered_without_importlib_metadata():
+    proc = _answer(sys.executable, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    data = _parsed(proc.stdout)
+    assert "importlib.metadata" not in proc.stderr
+    assert data["version"] is None and data["dist_path"] is None and data["location"] is None
+    assert "PackageNotFoundError" in data["metadata_error"]
+
+
+def test_a_zip_on_the_path_is_left_to_importlib_metadata(venv, tmp_path):
+    """Where the hand reader cannot say what importlib.metadata would find first (a zip on
+    sys.path), importlib.metadata answers: the zip's sglang comes before the venv's."""
+    archive = tmp_path / "first.zip"
+    with zipfile.ZipFile(str(archive), "w") as zf:
+        zf.writestr("sglang-9.9.9.dist-info/METADATA", "Metadata-Version: 2.1\nName: sglang\nVersion: 9.9.9\n")
+    env = dict(os.environ, PYTHONPATH=str(archive))
+    proc = _answer(venv, env=env)
+    assert "importlib.metadata" in proc.stderr
+    assert _parsed(proc.stdout)["version"] == "9.9.9"
