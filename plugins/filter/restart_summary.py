@@ -77,6 +77,8 @@ def _ready(ready: Mapping[str, Any]) -> str:
             text += "; SLOW START (%.0f s, the last start took %.0f s)" % (
                 float(ready.get("start_seconds") or 0), float(ready.get("last_start_seconds") or 0))
         return text
+    if ready.get("reason") == "work_failed":
+        return "yes (its log, port owner, configuration and health), but the proof of work failed (work_failed)"
     if ready.get("reason"):
         return "NO (%s)" % ready["reason"]
     return "not checked"

@@ -2,27 +2,34 @@
 
 One short-lived Session per request with `trust_env=False`: no proxy (nor netrc, nor CA bundle)
 from the environment reaches a loopback server. Redirects are not followed, so an api key sent
-to this host never travels on. `requests` is imported guarded: without it every request is an
-answer-less Response naming the missing library (the modules fail earlier through _deps.require;
+to this host never travels on. `requests` is imported on the first request, guarded: without it
+every request is an answer-less Response naming the missing library (the modules fail earlier through _deps.require;
 the probe reports what it could not read).
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import socket
 import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-try:
-    import requests
+# Looked up, not imported: importing requests costs about 0.1 s (more where nothing is
+# precompiled, as in a module's AnsiballZ run), and most module runs send no request.
+HAS_REQUESTS = importlib.util.find_spec("requests") is not None
+_LIB: Dict[str, Any] = {"requests": None, "error": None if HAS_REQUESTS else "No module named 'requests'"}
 
-    HAS_REQUESTS = True
-    REQUESTS_IMPORT_ERROR: Optional[str] = None
-except ImportError as _exc:  # the module says so (missing_required_lib), never a traceback
-    requests = None  # type: ignore[assignment]
-    HAS_REQUESTS = False
-    REQUESTS_IMPORT_ERROR = str(_exc)
+
+def _requests() -> Any:
+    """The requests module, imported on first use; None when it does not import."""
+    if _LIB["requests"] is None and _LIB["error"] is None:
+        try:
+            _LIB["requests"] = importlib.import_module("requests")
+        except Exception as exc:  # a broken install raises anything: the request names it, never a traceback
+            _LIB["error"] = "%s: %s" % (type(exc).__name__, exc)
+    return _LIB["requests"]
 
 
 @dataclass
@@ -48,9 +55,10 @@ def request(host: str, port: int, path: str, api_key: Optional[str] = None, meth
     """Never raises for network trouble: status None + error text instead. A 4xx/5xx is an
     answer: its status, its body and the error `HTTP <status>`."""
     url = "http://%s:%d%s" % (url_host(host), port, path)
-    if not HAS_REQUESTS:
+    requests = _requests()
+    if requests is None:
         return Response(None, None, "%s: not asked: the Python library requests is not installed for %s (%s)"
-                        % (url, sys.executable, REQUESTS_IMPORT_ERROR))
+                        % (url, sys.executable, _LIB["error"]))
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = "Bearer %s" % api_key
@@ -72,7 +80,8 @@ def request(host: str, port: int, path: str, api_key: Optional[str] = None, meth
 def _reason(exc: BaseException, timeout: float) -> str:
     """The cause an operator reads (`[Errno 111] Connection refused`, `timed out after 5 s`),
     not urllib3's wrapper chain (`HTTPConnectionPool(...): Max retries exceeded ...`)."""
-    timeouts = (requests.exceptions.Timeout, socket.timeout) if HAS_REQUESTS else (socket.timeout,)
+    requests = _requests()
+    timeouts = (requests.exceptions.Timeout, socket.timeout) if requests is not None else (socket.timeout,)
     seen = set()
     cur: Optional[BaseException] = exc
     while cur is not None and id(cur) not in seen:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _cliargs, _containment, _http, _launch_plan, _launcher, _lock, _preflight, _procs, _record, _redact)
+    _cliargs, _containment, _http, _launch_plan, _launcher, _lock, _outputdirs, _preflight, _procs, _record, _redact)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 
@@ -32,6 +32,7 @@ class Preflight:
     entry_argv: List[str] = field(default_factory=list)
     flags: Any = None
     model_path: str = ""
+    output_dirs: List[_outputdirs.OutputDir] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,11 @@ def preflight(p: Mapping[str, Any], dirs: Mapping[str, str], check_mode: bool) -
     _preflight.check_log_level(report, pf.args, p["allow_log_level_warning"])
     _preflight.check_dirs(report, {"state_dir": state_dir, "log_dir": dirs["log_dir"]})
     full = _preflight.check_space(report, dirs, p["min_free_mb"], p["min_free_inodes"])
+    try:
+        pf.output_dirs = _outputdirs.parse(p.get("output_dirs"))
+        _outputdirs.check(report, pf.output_dirs, state_dir, _preflight.nearest_existing)
+    except SglangError as exc:
+        report.fail("output_dirs", exc.msg)
     pf.interp = interp = _preflight.check_interpreter(report, p["venv"], p["python"], timeout=30)
     if interp is not None:
         if interp.error and interp.sglang_installed:
@@ -252,6 +258,7 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool) -> Dict[str, Any]:
             if decision.action == _launch_plan.REFUSE:
                 raise SglangError(decision.failure or decision.message, reason=decision.reason)
             if decision.action == _launch_plan.LAUNCH and not check_mode:
+                result["output_dirs_created"] = _outputdirs.create(req.pf.output_dirs)
                 launched = spawn(req)
                 result.update(pid=launched["pid"], log_path=launched["log_path"], record=launched,
                               containment=_launch_plan.record_containment(launched))

@@ -106,7 +106,7 @@ class CheckedDir:
 
 
 def _unsafe(path: str, why: str) -> SglangError:
-    return SglangError("refusing to delete in %s: %s" % (path, why), reason="unsafe_purge_path", path=path)
+    return SglangError("refusing to delete in %s: %s" % (path, why), reason="unsafe_purge_path", path=path, why=why)
 
 
 def _owner_ok(st: os.stat_result, euid: int) -> bool:
@@ -200,6 +200,12 @@ def _tree_size(dir_fd: int, dev: int) -> int:
         else:
             total += st.st_size
     return total
+
+
+def tree_size(checked: CheckedDir) -> int:
+    """Bytes of the files under a checked directory (0 when it does not exist), walked by
+    descriptor on its own filesystem."""
+    return _tree_size(checked.fd, checked.dev) if checked.fd is not None else 0
 
 
 def listdir(checked: CheckedDir) -> List[str]:

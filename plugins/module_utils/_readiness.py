@@ -7,7 +7,10 @@ A launch that is starting is ready only when every proof holds:
    and address, or a wildcard) belongs to this instance;
 4. /server_info reports the expected configuration;
 5. the requested health endpoint answers 200;
-and then keeps holding for the settle window (process alive, port still this instance's).
+and then keeps holding for the settle window (process alive, port still this instance's). When
+asked (`work`), the server proves inside that window that it does its job (_workproof: one
+generation that must write a dump, or a chat answer that must carry reasoning): the request's
+time overlaps the settle window instead of adding a module call after it.
 
 A server that already holds its port when the check begins (a re-check) is judged by the port
 owner, /server_info and health; its log only adds the ready line if it still has it (rotation,
@@ -30,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _http, _loganalysis, _logpatterns as lp
-from ansible_collections.llmops.sglang.plugins.module_utils import _portowner, _ports, _procs, _redact
+from ansible_collections.llmops.sglang.plugins.module_utils import _portowner, _ports, _procs, _redact, _workproof
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._logfollow import LogFollower
 from ansible_collections.llmops.sglang.plugins.module_utils._portowner import PortOwners
@@ -68,6 +71,7 @@ class Options:
     api_key: Optional[str] = None
     node_rank: int = 0
     require_ready_line: bool = True
+    work: Optional[_workproof.WorkCheck] = None  # the proof that the server does its job
 
 
 # One rule for "does that listener collide with this server's address" (_ports), and one for
@@ -127,6 +131,7 @@ class Readiness:
         self._proven_since_launch: Optional[float] = None
         self._listening = False  # a listener of ours was seen when the proofs held
         self._lost_note = ""  # why the proofs stopped holding inside the settle window
+        self._work: Optional[_workproof.WorkResult] = None  # once per wait, when the proofs first hold
         self.progress = ProgressTracker()  # informational: the stage and tqdm counts
         self._begun = False  # the mode is fixed (first slice done)
 
@@ -171,6 +176,7 @@ class Readiness:
             "already_running": self.mode == RUNNING,
             "settle": self.opts.settle,
             "proven_at": self._proven_since_launch,
+            "work": self._work.to_dict() if self._work else None,
             "decisive_lines": [] if ready else self.log.decisive_lines(),
             "log_tail": [] if ready else self.log.tail(),
             "exit_status": None,
@@ -425,10 +431,27 @@ class Readiness:
         self._proven_since_launch = round(self._now_epoch() - self.launched_at, 3)
         if self.rank == 0:
             self._listening = True
+            failed = self._prove_work()
+            if failed is not None:
+                return failed
         if self.opts.settle <= 0:
             return self._ready()
         self.waiting_for = "the settle window (%.1f s)" % self.opts.settle
         return None
+
+    def _prove_work(self) -> Optional[Outcome]:
+        """The asked proof of work, once (inside the settle window, whose clock runs meanwhile);
+        a failure outcome, or None. A server that died meanwhile is reported as the crash."""
+        if self.opts.work is None or self._work is not None:
+            return None
+        self.waiting_for = "the proof of work (%s)" % self.opts.work.kind
+        self._work = _workproof.prove(self.opts.work, self.inst.host, self.inst.port or 0, self.opts.api_key,
+                                      self.clock, self.sleep)
+        if self._work.ok:
+            return None
+        if not self._alive():
+            return self._on_dead()
+        return self._outcome(False, "work_failed", self._work.msg)
 
     def _lost_port(self, why: str) -> None:
         """The port is no longer this launch's: the proofs do not hold; wait for them again."""
@@ -458,6 +481,8 @@ class Readiness:
 
     def _ready(self) -> Outcome:
         settle = ("; held for the %.1f s settle window" % self.opts.settle) if self.opts.settle > 0 else ""
+        if self._work is not None:
+            settle += "; proof of work: %s" % self._work.msg
         if self.rank >= 1:
             return self._outcome(True, "ready", "node_rank %d is up: %s%s" % (
                 self.rank, (self.log.ready_line or "listening on port %s" % self.inst.port).strip(), settle))
@@ -562,6 +587,7 @@ class Readiness:
             "info": None if self.info is None else {"version": self.info.get("version")},
             "info_endpoint": self.info_endpoint, "matched": _redact.redact_deep(self.matched, self.secrets),
             "health_status": self.health_status,
+            "work": self._work.to_dict() if self._work else None,
             "owners": None if self.owners is None else self.owners.to_state(),
             "scan": None if self._scan is None else self._scan.to_state(),
             "follower": self.follower.snapshot(), "log": self.log.snapshot(clean),
@@ -601,6 +627,7 @@ class Readiness:
         waiter._listening, waiter._lost_note = bool(state["listening"]), state["lost_note"]
         waiter.info, waiter.info_endpoint = state["info"], state["info_endpoint"]
         waiter.matched, waiter.health_status = dict(state["matched"] or {}), state["health_status"]
+        waiter._work = _workproof.from_dict(state.get("work"))
         owners, scan = state.get("owners"), state.get("scan")
         waiter.owners = PortOwners.from_state(owners) if owners else None
         waiter._scan = PortOwners.from_state(scan) if scan else None

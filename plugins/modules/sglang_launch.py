@@ -177,6 +177,39 @@ options:
         are not checked). Below it the preflight fails with RV(reason) V(no_space).
     type: int
     default: 1000
+  output_dirs:
+    description:
+      - Directories the server writes into besides its log (for example the hidden-state dump
+        directory that C(SGLANG_HS_DUMP_DIR) names). Checked in the preflight - in check mode
+        too, so a restart's plan refuses them before anything is stopped - and created, when
+        missing, just before the spawn.
+      - Each must be usable by root without handing it to another user - opened one component at
+        a time without following symlinks, owned by root or this user and not writable by others
+        (a sticky shared root such as C(/dev/shm) may hold it); otherwise RV(reason) V(unsafe_dir).
+      - Its filesystem must have O(output_dirs[].min_free_mb) MiB free, else RV(reason) V(no_space).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The directory (absolute).
+        type: path
+        required: true
+      min_free_mb:
+        description: MiB that must be free on its filesystem.
+        type: float
+        default: 0
+      mode:
+        description: Mode when it is created (octal string); group/other-writable modes are refused.
+        type: str
+        default: "0755"
+      reclaimable:
+        description:
+          - The directory is emptied before the launch (the teardown's C(purge_paths)), so the files it
+            holds count as free space; it must then also be a directory the teardown may purge (not a
+            shared root, a system tree, a home or inside the state directory).
+        type: bool
+        default: false
   probe_timeout:
     description:
       - Seconds a running server with the requested configuration has to answer an HTTP request
@@ -252,6 +285,19 @@ EXAMPLES = r"""
     api_key: "{{ vault_sglang_api_key }}"
   register: launch
 
+- name: Extraction - the dump directory is checked before anything is stopped (10 GiB free) and created
+  llmops.sglang.sglang_launch:
+    name: extraction
+    venv: /root/ml-env
+    model_path: /models/Qwen3-8B
+    port: 30001
+    env:
+      SGLANG_HS_DUMP_DIR: /dev/shm/sglang_hs
+    output_dirs:
+      - path: /dev/shm/sglang_hs
+        min_free_mb: 10240
+        mode: "0750"
+
 - name: Plan a restart - what would change? (check mode, with the diff)
   llmops.sglang.sglang_launch:
     name: extraction
@@ -312,6 +358,12 @@ pid:
   returned: always
   type: int
   sample: 123456
+output_dirs_created:
+  description: The O(output_dirs) created by this launch (missing before it).
+  returned: when a server was started
+  type: list
+  elements: str
+  sample: [/dev/shm/sglang_hs]
 log_path:
   description: This launch's own log file.
   returned: always
@@ -467,6 +519,11 @@ def main() -> None:
             foreign_port_holders=dict(type="str", default="fail", choices=list(_preflight.FOREIGN_POLICIES)),
             min_free_mb=dict(type="float", default=100),
             min_free_inodes=dict(type="int", default=1000),
+            output_dirs=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True),
+                min_free_mb=dict(type="float", default=0.0),
+                mode=dict(type="str", default="0755"),
+                reclaimable=dict(type="bool", default=False))),
             probe_timeout=dict(type="float", default=5),
             spawn_timeout=dict(type="float", default=30),
             containment=dict(type="str", default="auto", choices=list(_containment.BACKENDS)),

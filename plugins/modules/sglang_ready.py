@@ -194,6 +194,38 @@ options:
         with RV(reason=ready_line_hidden) instead of waiting for a line that never comes.
     type: bool
     default: true
+  work:
+    description:
+      - A proof that the server does its job, run once when every readiness proof holds, inside
+        the O(settle) window (its time overlaps the window, so it adds no module call after the
+        wait). A failure is RV(reason=work_failed), unless the server died meanwhile (then the
+        crash is reported, with its decisive lines). Result in RV(work).
+      - V(generate) - C(POST /generate) with 4 tokens must answer 200; with O(work.dump_dir), a
+        regular file in that directory (recursively, symlinks not followed) must appear or change
+        after the request began (the directory is listed just before the request, so a dump the
+        start-up's warm-up wrote is not taken for a new one).
+      - V(chat_reasoning) - C(POST /v1/chat/completions) (the model id from C(GET /v1/models))
+        must answer 200 with a non-empty C(choices[0].message.reasoning_content) (a server
+        started without C(--reasoning-parser) returns the reasoning inside C(content)).
+      - Not run in check mode (the request would make the server write), nor for O(node_rank) >= 1.
+    type: dict
+    suboptions:
+      kind:
+        description: Which proof.
+        type: str
+        choices: [generate, chat_reasoning]
+        required: true
+      dump_dir:
+        description: With V(generate) - the directory the server writes a file into for each generation (C(SGLANG_HS_DUMP_DIR)).
+        type: path
+      dump_wait:
+        description: Seconds to wait for the new file after the request answered.
+        type: float
+        default: 30
+      timeout:
+        description: Seconds each request may take.
+        type: float
+        default: 60
 extends_documentation_fragment:
   - llmops.sglang.common.state_dir
   - llmops.sglang.common.api_key
@@ -208,7 +240,7 @@ notes:
   - Failures are C(fail_json) with C(msg) (one precise sentence) and C(reason), one of
     V(exited), V(fatal_log), V(stale_server), V(config_mismatch), V(unauthorized),
     V(log_missing), V(log_truncated), V(bad_log), V(timeout), V(ready_line_hidden),
-    V(record_missing), V(record_invalid), V(invalid_argument), V(bad_name), V(io_error),
+    V(work_failed), V(record_missing), V(record_invalid), V(invalid_argument), V(bad_name), V(io_error),
     V(permission_denied), V(error) (the code is the one set where the failure was found).
   - A stale server that answers C(/health) 200 on the port never makes a failed launch ready.
 seealso:
@@ -258,6 +290,19 @@ EXAMPLES = r"""
   llmops.sglang.sglang_ready:
     name: extraction
     slice_seconds: 30
+
+- name: Ready, then one generation must write a new hidden-state dump (inside the settle window)
+  llmops.sglang.sglang_ready:
+    name: extraction
+    work:
+      kind: generate
+      dump_dir: /dev/shm/sglang_hs
+
+- name: Ready, then a chat answer must carry reasoning_content (--reasoning-parser works)
+  llmops.sglang.sglang_ready:
+    name: serving
+    work:
+      kind: chat_reasoning
 
 - name: Second node of a two-node launch (no HTTP server there)
   llmops.sglang.sglang_ready:
@@ -382,6 +427,15 @@ proven_at:
   returned: always
   type: float
   sample: 4.21
+work:
+  description: >-
+    The proof of work (O(work)) - C(ok), C(kind), C(msg), C(status) (the request's HTTP
+    status), C(evidence) (the new dump's path, or the reasoning's length), C(seconds). Null
+    when none was asked or it did not run (check mode, node_rank >= 1, the proofs never held).
+  returned: always
+  type: dict
+  sample: {ok: true, kind: generate, msg: "POST /generate -> 200, new dump /dev/shm/sglang_hs/req-1.pt", status: 200,
+           evidence: /dev/shm/sglang_hs/req-1.pt, seconds: 0.31}
 log_bytes_read:
   description: Bytes of the log read by this check (all slices together for a sliced wait).
   returned: always
@@ -428,7 +482,7 @@ from typing import Any, Dict, List, Optional
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _logpatterns, _options, _readiness, _record
-from ansible_collections.llmops.sglang.plugins.module_utils import _timeline_store
+from ansible_collections.llmops.sglang.plugins.module_utils import _timeline_store, _workproof
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 SETTLE_MAX_S = 600.0
@@ -453,6 +507,11 @@ def argument_spec() -> Dict[str, Any]:
         node_rank=dict(type="int"),
         require_ready_line=dict(type="bool", default=True),
         slice_seconds=dict(type="float"),
+        work=dict(type="dict", options=dict(
+            kind=dict(type="str", required=True, choices=list(_workproof.KINDS)),
+            dump_dir=dict(type="path"),
+            dump_wait=dict(type="float", default=30.0),
+            timeout=dict(type="float", default=60.0))),
         # Private, set by the action plugin: run one slice ({} first, then the previous slice's
         # resume_state) and answer pending when it ends before a verdict.
         _resume=dict(type="dict"),
@@ -480,7 +539,30 @@ def load_record(params: Dict[str, Any]) -> Dict[str, Any]:
     return record
 
 
-def build_options(params: Dict[str, Any], record: Dict[str, Any]) -> _readiness.Options:
+def check_work(params: Dict[str, Any]) -> None:
+    """Bad `work` suboptions fail before anything is read."""
+    work = params["work"]
+    if not work:
+        return
+    if work["dump_dir"] and work["kind"] != "generate":
+        raise SglangError("work.dump_dir goes with work.kind=generate (got %s)" % work["kind"],
+                          reason="invalid_argument")
+    for key in ("dump_wait", "timeout"):
+        if not 0 < work[key] <= 3600:
+            raise SglangError("work.%s must be > 0 and <= 3600 s (got %s)" % (key, work[key]),
+                              reason="invalid_argument")
+
+
+def build_work(params: Dict[str, Any], check_mode: bool) -> Optional[_workproof.WorkCheck]:
+    """The proof of work asked for; none in check mode (the request would make the server write)."""
+    work = params["work"]
+    if not work or check_mode:
+        return None
+    return _workproof.WorkCheck(kind=work["kind"], dump_dir=work["dump_dir"], dump_wait=work["dump_wait"],
+                                timeout=work["timeout"])
+
+
+def build_options(params: Dict[str, Any], record: Dict[str, Any], check_mode: bool = False) -> _readiness.Options:
     if params["timeout"] <= 0:
         raise SglangError("timeout must be > 0 (got %s)" % params["timeout"], reason="invalid_argument")
     if not 0.01 <= params["poll_interval"] <= 60:
@@ -510,7 +592,7 @@ def build_options(params: Dict[str, Any], record: Dict[str, Any]) -> _readiness.
         timeout=params["timeout"], poll_interval=params["poll_interval"], ready_patterns=ready,
         fatal_patterns=fatal, benign_patterns=benign, settle=params["settle"], expect=dict(expect),
         health=params["health"], api_key=params["api_key"] or None, node_rank=node_rank,
-        require_ready_line=params["require_ready_line"])
+        require_ready_line=params["require_ready_line"], work=build_work(params, check_mode))
 
 
 def _store_location(params: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
@@ -577,11 +659,12 @@ def _one_slice(module: AnsibleModule, resume: Dict[str, Any]) -> Dict[str, Any]:
         ctx = resume.get("ctx")
         if not isinstance(ctx, dict):
             raise SglangError("the resume state of a sliced wait has no context", reason="invalid_argument")
-        opts = build_options(params, {"expect": ctx.get("expect") or {}, "node_rank": ctx.get("node_rank")})
+        opts = build_options(params, {"expect": ctx.get("expect") or {}, "node_rank": ctx.get("node_rank")},
+                             module.check_mode)
         step = _readiness.wait_ready_slice(None, opts, resume["state"], seconds)
     else:
         record = load_record(params)
-        opts = build_options(params, record)
+        opts = build_options(params, record, module.check_mode)
         ctx = _context(params, record, opts)
         step = _readiness.wait_ready_slice(record, opts, None, seconds)
     if step.outcome is not None:
@@ -594,11 +677,12 @@ def _one_slice(module: AnsibleModule, resume: Dict[str, Any]) -> Dict[str, Any]:
 
 def _body(module: AnsibleModule) -> Dict[str, Any]:
     try:
+        check_work(module.params)
         resume = module.params["_resume"]
         if resume is not None:
             return _one_slice(module, resume)
         record = load_record(module.params)
-        opts = build_options(module.params, record)
+        opts = build_options(module.params, record, module.check_mode)
         ctx = _context(module.params, record, opts)
         outcome = _readiness.wait_ready(record, opts)
         return _finish(module, outcome, ctx)

@@ -140,8 +140,10 @@ def test_new_config_failing_the_dump_proof_rolls_back_to_the_old_one(tmp_path):
         assert glob.glob(str(elsewhere / "*")), "the new configuration never wrote a dump: %s" % out[-4000:]
         assert _first_summary_line(out, names["name"]) == "serving OLD config (rolled back)", out[-4000:]
         summary = _summary(out, names["name"])
-        assert "failed at: Report that extraction does not work" in summary, summary
-        assert "ready: yes" in summary, summary  # the new server was ready: verification failed it
+        assert "failed at: Wait until the server is ready" in summary, summary
+        # the new server was ready: its proof of work failed it (the summary names the new launch's, not the rollback's)
+        assert "ready: yes (its log, port owner, configuration and health), but the proof of work failed" in summary, summary
+        assert "verify: FAILED: the server is ready and answered POST /generate, but no new file appeared" in summary, summary
         assert "rollback: old config relaunched, pid %d" % _record(names)["pid"] in summary, summary
         now = _assert_old_config_back(old, names, extra["sglang_port"])
         assert now["fingerprint_inputs"]["env"]["SGLANG_HS_DUMP_DIR"] == names["dump_dir"]

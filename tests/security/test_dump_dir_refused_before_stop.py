@@ -1,6 +1,7 @@
 """The extraction restart refuses a dump directory it would not purge, before anything is
 stopped: a symlink, a directory another user owns, or one that is group/other-writable. The
-rule is the teardown module's own (its check mode), not a second copy in YAML."""
+rule is the teardown module's own (_purge), applied by the plan's preflight (the launch's
+output_dirs), not a second copy in YAML."""
 from __future__ import annotations
 
 import json
@@ -61,9 +62,9 @@ def test_unsafe_dump_dir_is_refused_before_anything_is_stopped(extraction, tmp_p
     run = play_runs.play(inv, "restart_extraction.yml", "-e", "sglang_force=true")
     out = run.stdout + run.stderr
     assert run.returncode != 0, out[-3000:]
-    # the teardown module's own refusal (its check mode); a symlink may already be refused by
-    # the role's "plain directory" check, which runs right after
-    assert "unsafe_purge_path" in out or (keep and "is not a plain directory" in out), out[-3000:]
+    # the purge rule, refused by the plan's preflight (the dump directory is an output_dir)
+    assert "output directory %s cannot be used: " % dump in out, out[-3000:]
+    assert "symlink" in out or "belongs to another user" in out or "writable by other users" in out, out[-3000:]
     assert "nothing was stopped" in out.lower()
     assert _record(hv)["pid"] == before["pid"], "the old server was replaced"
     assert _http.request("127.0.0.1", hv["sglang_port"], "/health", timeout=5).status == 200

@@ -80,3 +80,13 @@ def test_the_lock_line_says_how_the_lock_was_had() -> None:
     assert "lock: REFUSED: held by ops@ctl pid 7 for 30 s" in restart_summary(
         dict(base, lock={"used": True, "failed": True, "holder_text": "held by ops@ctl pid 7 for 30 s"}))
     assert "lock: not used (sglang_restart_lock: false)" in restart_summary(dict(base, lock={"used": False}))
+
+
+def test_a_failed_proof_of_work_is_not_called_a_failed_start() -> None:
+    """The readiness held; the server did not do its job: the summary says which."""
+    data = {"plan": PLAN_RUNNING, "teardown": TD, "launch": LAUNCH, "failed_task": "Wait until the server is ready",
+            "ready": {"ready": False, "reason": "work_failed"}, "verified": "FAILED: no new file appeared"}
+    lines = restart_summary(data)
+    assert "ready: yes (its log, port owner, configuration and health), but the proof of work failed (work_failed)" \
+        in lines
+    assert "verify: FAILED: no new file appeared" in lines
