@@ -19,10 +19,12 @@ import select
 import signal
 import stat
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _pidfd, _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+if TYPE_CHECKING:  # imported where members are pinned: choosing a backend compiles neither
+    from ansible_collections.llmops.sglang.plugins.module_utils._pidfd import Handle
 
 SLICE = "llmops-sglang.slice"
 MOUNTINFO = "/proc/self/mountinfo"
@@ -196,11 +198,13 @@ def _populated_in(text: str) -> bool:
     return False
 
 
-def pin_members(path: str) -> Dict[int, _pidfd.Handle]:
+def pin_members(path: str) -> Dict[int, Handle]:
     """A pidfd per member, each verified as a member AFTER it was opened: a pid that was reused
     between the read of cgroup.procs and the open is not in the second read (or its pidfd names a
     process that already exited), so a stranger never gets a handle."""
-    handles: Dict[int, _pidfd.Handle] = {}
+    from ansible_collections.llmops.sglang.plugins.module_utils import _pidfd, _procs
+
+    handles: Dict[int, Handle] = {}
     for pid in members(path):
         proc = _procs.read_proc(pid)
         if proc is None or proc.is_zombie:

@@ -20,11 +20,14 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _pidfd, _procs, _record, _redact
+from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _procs, _record, _redact
 from ansible_collections.llmops.sglang.plugins.module_utils import _containment_systemd as _systemd
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+if TYPE_CHECKING:  # pidfds are opened by _cgroup.pin_members; a probe or a launch never compiles them
+    from ansible_collections.llmops.sglang.plugins.module_utils._pidfd import Handle
 
 BACKENDS = ("auto", "systemd", "cgroup", "none")
 CONTAINED = ("cgroup", "systemd")
@@ -268,11 +271,11 @@ def probe_view(record: Optional[Dict[str, Any]], pids: Iterable[int] = ()) -> Di
 
 # --- teardown -------------------------------------------------------------------------------------
 
-def _send(handles: Dict[int, _pidfd.Handle], pids: Iterable[int], sig: int) -> List[int]:
+def _send(handles: Dict[int, Handle], pids: Iterable[int], sig: int) -> List[int]:
     return sorted(pid for pid in pids if handles[pid].send(sig) == "sent")
 
 
-def _continue_stopped(handles: Dict[int, _pidfd.Handle], pids: Iterable[int]) -> None:
+def _continue_stopped(handles: Dict[int, Handle], pids: Iterable[int]) -> None:
     """A stopped member (state T) acts on SIGTERM only once continued."""
     for pid in pids:
         proc = _procs.read_proc(pid)
@@ -280,7 +283,7 @@ def _continue_stopped(handles: Dict[int, _pidfd.Handle], pids: Iterable[int]) ->
             handles[pid].send(signal.SIGCONT)
 
 
-def _grace(path: str, handles: Dict[int, _pidfd.Handle], info: Dict[int, Dict[str, Any]],
+def _grace(path: str, handles: Dict[int, Handle], info: Dict[int, Dict[str, Any]],
            sent: List[int], until: float) -> bool:
     """Wait for `populated 0` until `until`; members forked meanwhile get their SIGTERM too."""
     while True:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _logpatterns
 from ansible_collections.llmops.sglang.plugins.module_utils._redact import describe_cmdline
 
 GIB = 1024.0 ** 3
@@ -75,13 +74,20 @@ def not_suggested(items: List[Dict[str, Any]], user: str) -> List[str]:
     return out
 
 
+def _quiet_level(level: str) -> bool:
+    # imported here: a probe of a host without servers never compiles the log patterns
+    from ansible_collections.llmops.sglang.plugins.module_utils import _logpatterns
+
+    return _logpatterns.is_quiet_level(level)
+
+
 def servers(items: List[Dict[str, Any]], now: Optional[float] = None) -> List[str]:
     now = time.time() if now is None else now
     out: List[str] = []
     for server in items:
         level = str(server.get("args", {}).get("log_level", "")).strip().lower()
         # a level above INFO hides "The server is fired up and ready to roll!" (an INFO line)
-        if server.get("main") and _logpatterns.is_quiet_level(level):
+        if server.get("main") and level and _quiet_level(level):
             out.append("server pid %s runs with --log-level %s: its log never shows the ready line "
                        "'The server is fired up and ready to roll!'" % (server["pid"], level))
         orphans = [m for m in server.get("members", []) if m.get("orphaned")]

@@ -25,6 +25,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._redact import mask_
 
 T = TypeVar("T")
 Warn = Callable[[str], None]
+GPUS_DISABLED = "GPU backend disabled"
 
 
 def _user(uid: int) -> str:
@@ -144,6 +145,8 @@ def probe_port(port: int, servers: List[Any], procs: Dict[int, Any], api_key: Op
 
 def gpus(backend: str, servers: List[Any], procs: Dict[int, Any]) -> Dict[str, Any]:
     """The GPU report, each compute process tagged `sglang` (with its server) or `foreign`."""
+    if backend == "none":  # query_gpus("none")'s answer, without compiling the GPU readers
+        return {"backend": "none", "note": GPUS_DISABLED, "gpus": []}
     from ansible_collections.llmops.sglang.plugins.module_utils._discovery import server_of_pid
     from ansible_collections.llmops.sglang.plugins.module_utils._gpus import query_gpus
 

@@ -78,3 +78,35 @@ def test_a_zip_on_the_path_is_left_to_importlib_metadata(venv, tmp_path):
     proc = _answer(venv, env=env)
     assert "importlib.metadata" in proc.stderr
     assert _parsed(proc.stdout)["version"] == "9.9.9"
+
+
+def _imported_after(code: str) -> set:
+    """The collection's module_utils a fresh interpreter has imported after running `code`."""
+    from helpers.fixtures import COLLECTIONS
+
+    probe = code + ("\nimport sys\nprint(' '.join(sorted(m.rsplit('.', 1)[-1] for m in sys.modules "
+                    "if '.plugins.module_utils._' in m)))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd="/",
+                         env=dict(os.environ, PYTHONPATH=COLLECTIONS))
+    return set(out.stdout.split())
+
+
+def test_choosing_a_containment_backend_compiles_no_pidfd_code():
+    loaded = _imported_after("from ansible_collections.llmops.sglang.plugins.module_utils import _containment\n"
+                             "_containment.choose('auto')")
+    assert "_containment" in loaded and "_pidfd" not in loaded
+
+
+def test_the_diagnosis_of_no_server_compiles_no_log_patterns():
+    loaded = _imported_after("from ansible_collections.llmops.sglang.plugins.module_utils import _diagnosis\n"
+                             "assert _diagnosis.servers([]) == []")
+    assert "_logpatterns" not in loaded
+
+
+def test_a_probe_without_a_gpu_backend_answers_as_the_gpu_reader_does_without_compiling_it():
+    from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _probe
+
+    assert _probe.gpus("none", [], {}) == _gpus.query_gpus("none").to_dict()
+    loaded = _imported_after("from ansible_collections.llmops.sglang.plugins.module_utils import _probe\n"
+                             "_probe.gpus('none', [], {})")
+    assert "_gpus" not in loaded
