@@ -45,6 +45,8 @@ DEFAULT_PORT = 30000
 
 @dataclass
 class Member:
+    """One process of a server, with its role and why it belongs there."""
+
     proc: _procs.Proc
     role: str
     reason: str
@@ -63,6 +65,8 @@ class Member:
 
 @dataclass
 class Server:
+    """An sglang server: its main process (None for leftovers of a dead one) and members."""
+
     main: Optional[_procs.Proc]
     members: List[Member] = field(default_factory=list)
     marker: Dict[str, str] = field(default_factory=dict)

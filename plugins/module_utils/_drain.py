@@ -34,6 +34,8 @@ _GAUGE = re.compile(r"^sglang:(num_running_reqs|num_queue_reqs)(?:\{[^}]*\})?\s+
 
 @dataclass
 class Load:
+    """Requests a server is running and has queued, and the endpoint that said so."""
+
     running: int
     waiting: int
     source: str
@@ -134,6 +136,8 @@ def read_load(fetch: Fetch, sources: List[str]) -> Load:
 
 @dataclass
 class Options:
+    """How long and how often to wait for the load to reach zero."""
+
     timeout: float = 300.0
     poll_interval: float = 1.0
     settle: float = 2.0

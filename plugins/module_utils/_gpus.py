@@ -29,6 +29,8 @@ _ASCII_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 @dataclass
 class GpuProcess:
+    """A compute process on a GPU, with the memory it holds."""
+
     pid: int
     used_mib: Optional[int]
     namespace: Optional[str] = None       # NS_OWN | NS_OTHER | NS_INVISIBLE; None: not looked at
@@ -48,6 +50,8 @@ class GpuProcess:
 
 @dataclass
 class Gpu:
+    """One GPU, its memory and its compute processes."""
+
     index: int
     uuid: str
     name: str
@@ -65,6 +69,8 @@ class Gpu:
 
 @dataclass
 class GpuReport:
+    """The GPUs a backend reported (none, with a note saying why, without one)."""
+
     backend: str
     gpus: List[Gpu]
     note: str = ""

@@ -137,6 +137,8 @@ sys.stdout.write("__BEGIN__" + json.dumps(out) + "__END__\n")
 
 @dataclass
 class Interpreter:
+    """A Python interpreter as it answered: its venv, version and sglang install."""
+
     path: str
     venv: Optional[str] = None
     is_venv: bool = False

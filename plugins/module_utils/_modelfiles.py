@@ -54,6 +54,8 @@ class ModelFile:
 
 @dataclass
 class Selection:
+    """The weight files of a model directory and where their list came from."""
+
     model_path: str
     resolved: str
     tree: str

@@ -23,6 +23,8 @@ _SOCKET_LINK = re.compile(r"socket:\[([0-9]+)\]")
 
 @dataclass
 class Listener:
+    """A listening TCP socket and the processes that hold it."""
+
     port: int
     address: str
     family: str  # "ipv4" | "ipv6"

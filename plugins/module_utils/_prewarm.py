@@ -77,6 +77,8 @@ def floor_bytes(spec: Any, total: int) -> int:
 
 @dataclass
 class Options:
+    """How to read the weights: threads, block size, memory floor, time limit."""
+
     threads: int = 4
     block_size: int = 16 * MIB
     min_available: Any = "10%"
@@ -103,6 +105,8 @@ class Options:
 
 @dataclass
 class FileResult:
+    """What reading one weight file did to its residency in the page cache."""
+
     entry: _modelfiles.ModelFile
     resident_before: int = 0
     resident_after: int = 0
@@ -240,6 +244,8 @@ class Reader:
 
 @dataclass
 class Outcome:
+    """A prewarm: the files read, memory before and after, and why it stopped."""
+
     selection: _modelfiles.Selection
     files: List[FileResult]
     floor: int

@@ -58,6 +58,8 @@ def require() -> Any:
 
 @dataclass
 class Proc:
+    """A process as the table lists it (see the module docstring for what is read when)."""
+
     pid: int
     ppid: int
     pgid: int

@@ -161,6 +161,8 @@ def open_checked(path: str, euid: int, shared_ok: bool = False) -> CheckedDir:
 
 @dataclass
 class Entry:
+    """A directory entry as listed through the directory's descriptor."""
+
     name: str
     is_dir: bool
     uid: int

@@ -265,6 +265,8 @@ STATES = ("present", "absent", "listed")
 
 @dataclass
 class Options:
+    """What the router module is asked to make true, and how long it may wait."""
+
     worker_url: Optional[str]
     state: str = "listed"
     wait: bool = True

@@ -24,6 +24,8 @@ PATTERNS = (
 
 @dataclass
 class ShmEntry:
+    """A file or directory in /dev/shm, with the processes that hold it open or mapped."""
+
     path: str
     size: int
     is_dir: bool

@@ -38,6 +38,8 @@ NS_WHY = "in another PID namespace"
 
 @dataclass
 class OpenFiles:
+    """A process's working directory and its open files."""
+
     cwd: Optional[str]
     fds: List[Tuple[int, str, bool]]      # (fd, path, opened for writing)
 
@@ -198,6 +200,8 @@ def build_scope(name: Optional[str], state_dir: Optional[str], ports: Iterable[o
 
 @dataclass
 class World:
+    """The host as a teardown selects on it: processes, environments, sockets, GPUs, files."""
+
     procs: Dict[int, _procs.Proc]
     environ: EnvReader
     listeners: List[_ports.Listener]
@@ -241,6 +245,8 @@ def _cached_environ(procs: Optional[Dict[int, _procs.Proc]] = None) -> EnvReader
 
 @dataclass
 class Target:
+    """A process to stop, and every reason it was chosen."""
+
     proc: _procs.Proc
     reasons: List[str] = field(default_factory=list)
     via_port: bool = False       # chosen as (a descendant of) a managed-port listener
@@ -256,6 +262,8 @@ class Target:
 
 @dataclass
 class Selection:
+    """The chosen targets and what was seen but spared, with why."""
+
     targets: Dict[int, Target] = field(default_factory=dict)
     spared: List[Dict[str, object]] = field(default_factory=list)        # would match, protected
     other_instances: List[Dict[str, object]] = field(default_factory=list)

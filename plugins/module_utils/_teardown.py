@@ -30,6 +30,8 @@ GPU_POLL = 0.2       # NVML / nvidia-smi are slower to query than /proc
 
 @dataclass
 class Options:
+    """How a teardown signals, waits and cleans up."""
+
     grace_period: float = 30.0
     timeout: float = 60.0
     shm_cleanup: bool = True
@@ -54,6 +56,8 @@ def validate_options(opts: Options, state_dir: Optional[str]) -> None:
 
 @dataclass
 class SignalStep:
+    """One signal delivery: to a process group, or to a single pid."""
+
     kind: str          # "group" | "pid"
     ident: int         # pgid or pid
     pids: List[int]
@@ -75,6 +79,8 @@ class Dirs:
 
 @dataclass
 class Plan:
+    """Everything a teardown decided before it signals anything."""
+
     scope: Scope
     selection: Selection
     world: World
@@ -654,6 +660,8 @@ def _leftovers(run: Run) -> Tuple[List[Dict[str, object]], List[Dict[str, object
 
 @dataclass
 class Cleaned:
+    """Files a teardown removed or kept, and what failed."""
+
     removed: List[Dict[str, object]]
     kept: List[Dict[str, object]]
     errors: List[str]
