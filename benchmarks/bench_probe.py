@@ -4,6 +4,9 @@ sglang_teardown target discovery (check mode: nothing is signalled), with 0, 200
 group). Also: cached introspection (sglang_probe introspect=true, second and later runs).
 
 Both modules run through helpers.fixtures.run_module (python start-up included in "wall").
+`floor` is a module that only parses the probe's arguments and exits (python start-up, the
+import of ansible.module_utils.basic, AnsibleModule, exit_json): what any module run costs here
+before it does anything of its own.
 Standalone: `.venv/bin/python benchmarks/bench_probe.py [--quick] [--baseline OTHER_CHECKOUT]`;
 with --baseline the same module runs are made from another checkout's collection too (e.g. a
 `git worktree` of an older commit), interleaved with this one's on the same idle processes, so
@@ -14,10 +17,13 @@ its PID 1 so that the killed sleepers are reaped between sizes:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
@@ -48,6 +54,34 @@ def timed(fn) -> Dict[str, Any]:
     r = fn()
     return {"wall": time.time() - t0, "cpu": _child_cpu() - c0, "failed": bool(r.get("failed")),
             "msg": r.get("msg", ""), "r": r}
+
+
+# Parses the probe's arguments (the spec's size matters little) and exits: the cost of any module run.
+FLOOR_MODULE = """
+from ansible.module_utils.basic import AnsibleModule
+AnsibleModule(argument_spec=dict(venv=dict(type="path"), introspect=dict(type="bool"), gpu_backend=dict(),
+                                 state_dir=dict(type="path")), supports_check_mode=True).exit_json(changed=False)
+"""
+
+
+def floor(state_dir: str) -> Dict[str, Any]:
+    """The floor module's run, the way run_module runs one (an args file, JSON on stdout)."""
+    folder = C.mkdir("probe", "floor")
+    module = os.path.join(folder, "floor_module.py")
+    with open(module, "w", encoding="utf-8") as fh:
+        fh.write(FLOOR_MODULE)
+    payload = dict(probe_args(state_dir), _ansible_check_mode=False, _ansible_diff=False)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=folder, delete=False) as fh:
+        json.dump({"ANSIBLE_MODULE_ARGS": payload}, fh)
+
+    def run_it() -> Dict[str, Any]:
+        proc = subprocess.run([C.fixtures.controller_python(), module, fh.name], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, check=False)
+        return {"failed": proc.returncode != 0, "msg": proc.stderr[-200:]}
+    try:
+        return timed(run_it)
+    finally:
+        os.unlink(fh.name)
 
 
 def _env(tree: Optional[str]) -> Optional[Dict[str, str]]:
@@ -89,7 +123,9 @@ def run(quick: bool = False, baseline: Optional[str] = None, sizes: Optional[Lis
                     if prefix and not baseline:
                         continue
                     row.update({prefix + k: v for k, v in _pair(state_dir, port, tree).items()})
+                row["floor"] = floor(state_dir)["wall"]
                 growth.append(row)
+                C.log("probe: +%d procs #%d module floor %.2f s" % (n, i, row["floor"]))
                 for prefix in ([""] + (["base_"] if baseline else [])):
                     C.log("probe: +%d procs #%d %sprobe %.2f s (cpu %.2f s), discovery %.2f s (cpu %.2f s, plan %s) %s" % (
                         n, i, "baseline " if prefix else "", row[prefix + "probe"], row[prefix + "probe_cpu"],
@@ -134,7 +170,8 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
         pm.append(p)
         dm.append(d)
         fails = [r["probe_msg"] or r["discovery_msg"] for r in sel if r["probe_failed"] or r["discovery_failed"]]
-        rows.append(["+%d" % n, sel[0]["procs_on_host"] if sel else "-", C.fmt_s(p),
+        rows.append(["+%d" % n, sel[0]["procs_on_host"] if sel else "-", C.fmt_s(C.median(r.get("floor") for r in sel)),
+                     C.fmt_s(p),
                      C.fmt_s(C.median(r.get("probe_cpu") for r in sel)), C.fmt_s(d),
                      C.fmt_s(C.median(r.get("discovery_cpu") for r in sel)), C.fmt_s(plan),
                      ("failed: " + fails[0][:90]) if fails else "ok"])
@@ -167,7 +204,8 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
                   % (C.fmt_s(c_marg, 3), len(cached), C.fmt_s(c_int, 3), C.fmt_s(c_wall), C.fmt_s(first["wall"]))},
         {"target": "sglang_probe under 0.5 s with 2,000 extra processes",
          "met": p2000 is not None and p2000 < 0.5,
-         "value": "%s wall (module run included)" % C.fmt_s(p2000)},
+         "value": "%s wall (module run included; a module that only parses its arguments: %s)"
+                 % (C.fmt_s(p2000), C.fmt_s(C.median(r.get("floor") for r in g if r["extra"] == 2000)))},
     ]
     md = ["Median of %d runs per size. `wall` is the whole module run (python start-up included); "
           "`cpu` is the user and system time of the module's process and what it started (the "
@@ -175,7 +213,8 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
           "`plan` is the teardown module's own target-selection time. The baseline (+0) is this "
           "shared machine as it was (its process count is in the table)." % data["runs"], "",
           "![cost growth](%sbench_probe.png)" % fig_prefix, "",
-          C.md_table(["extra processes", "processes on the host", "sglang_probe wall", "sglang_probe cpu",
+          C.md_table(["extra processes", "processes on the host", "module floor wall", "sglang_probe wall",
+                      "sglang_probe cpu",
                       "teardown discovery wall", "teardown discovery cpu", "teardown plan (in module)", "result"],
                      rows), "",
           "Introspection (`introspect: true`): run 0 fills the cache (imports the emulator's "
@@ -196,13 +235,13 @@ def comparison(data: Dict[str, Any]) -> str:
     keys = [("probe", "sglang_probe wall"), ("probe_cpu", "sglang_probe cpu"),
             ("discovery", "teardown discovery wall"), ("discovery_cpu", "teardown discovery cpu"),
             ("discovery_plan", "teardown plan (in module)")]
-    head = ["extra processes", "processes on the host"]
+    head = ["extra processes", "processes on the host", "module floor wall"]
     for _key, title in keys:
         head += ([title + " (baseline)"] if base else []) + [title]
     rows = []
     for n in data["sizes"]:
         sel = [r for r in data["growth"] if r["extra"] == n]
-        row = ["+%d" % n, sel[0]["procs_on_host"] if sel else "-"]
+        row = ["+%d" % n, sel[0]["procs_on_host"] if sel else "-", C.fmt_s(C.median(r.get("floor") for r in sel))]
         for key, _title in keys:
             for k in (["base_" + key] if base else []) + [key]:
                 row.append(C.fmt_s(C.median(r.get(k) for r in sel)))
