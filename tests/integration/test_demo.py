@@ -16,7 +16,8 @@ from typing import Dict, List
 import pytest
 
 from helpers.fixtures import ROOT, free_port
-from test_report_browser import ARGS, CHROMIUM, browser_tools  # noqa: F401  # pylint: disable=unused-import
+from helpers import browser
+from test_report_browser import browser_tools  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.llmops.sglang.plugins.module_utils import _http
 
 DEMO = os.path.join(ROOT, "scripts", "demo.sh")
@@ -126,40 +127,29 @@ def test_demo_shows_where_the_host_stands_the_log_early_and_the_report(demo):
 
 
 def test_demo_report_renders_in_headless_chromium(demo, browser_tools, tmp_path):  # noqa: F811
-    from playwright.sync_api import sync_playwright
-
     out = demo["out"]
     assert demo["run"].returncode == 0, out[-6000:]
     report = _report_path(demo)
     phases = _summary_phases(_first_run(out))
-    errors: List[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 700})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto("file://" + report)
-            rows = page.locator("#summary tbody tr")
-            assert rows.count() == 1 and rows.nth(0).get_attribute("data-host") == "localhost"
-            assert rows.nth(0).locator("td").nth(2).inner_text() == "serving NEW config"
-            sections = page.locator("section.host")
-            assert sections.count() == rows.count()
-            for i in range(sections.count()):
-                svg = sections.nth(i).locator("div.timeline svg")
-                assert svg.count() == 1
-                # one bar per phase of the summary's timeline, labelled with it, drawn with real width
-                bars = svg.locator("rect")
-                assert bars.count() == len(phases), phases
-                labels = [(svg.locator("text").nth(2 * k).text_content() or "").strip() for k in range(len(phases))]
-                assert labels == phases
-                boxes = [bars.nth(k).bounding_box() for k in range(bars.count())]
-                assert all(box is not None and box["width"] >= 2 and box["height"] > 0 for box in boxes), boxes
-                # the bars tile the chart from launch to ready: 640 px wide less the labels and margin
-                assert sum(box["width"] for box in boxes) >= 400, boxes
-            shot = os.environ.get("LLMOPS_DEMO_REPORT_SCREENSHOT") or str(tmp_path / "demo-report.png")
-            page.screenshot(path=shot, full_page=True)
-            assert os.path.getsize(shot) > 10000
-        finally:
-            browser.close()
+    with browser.opened(report, height=700) as (page, errors):
+        rows = page.locator("#summary tbody tr")
+        assert rows.count() == 1 and rows.nth(0).get_attribute("data-host") == "localhost"
+        assert rows.nth(0).locator("td").nth(2).inner_text() == "serving NEW config"
+        sections = page.locator("section.host")
+        assert sections.count() == rows.count()
+        for i in range(sections.count()):
+            svg = sections.nth(i).locator("div.timeline svg")
+            assert svg.count() == 1
+            # one bar per phase of the summary's timeline, labelled with it, drawn with real width
+            bars = svg.locator("rect")
+            assert bars.count() == len(phases), phases
+            labels = [(svg.locator("text").nth(2 * k).text_content() or "").strip() for k in range(len(phases))]
+            assert labels == phases
+            boxes = [bars.nth(k).bounding_box() for k in range(bars.count())]
+            assert all(box is not None and box["width"] >= 2 and box["height"] > 0 for box in boxes), boxes
+            # the bars tile the chart from launch to ready: 640 px wide less the labels and margin
+            assert sum(box["width"] for box in boxes) >= 400, boxes
+        shot = os.environ.get("LLMOPS_DEMO_REPORT_SCREENSHOT") or str(tmp_path / "demo-report.png")
+        page.screenshot(path=shot, full_page=True)
+        assert os.path.getsize(shot) > 10000
     assert errors == []
