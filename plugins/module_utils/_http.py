@@ -8,7 +8,6 @@ the probe reports what it could not read).
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import json
 import socket
@@ -26,7 +25,9 @@ def _requests() -> Any:
     """The requests module, imported on first use; None when it does not import."""
     if _LIB["requests"] is None and _LIB["error"] is None:
         try:
-            _LIB["requests"] = importlib.import_module("requests")
+            import requests  # pylint: disable=import-outside-toplevel
+
+            _LIB["requests"] = requests
         except Exception as exc:  # a broken install raises anything: the request names it, never a traceback
             _LIB["error"] = "%s: %s" % (type(exc).__name__, exc)
     return _LIB["requests"]
