@@ -204,8 +204,8 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
                   % (C.fmt_s(c_marg, 3), len(cached), C.fmt_s(c_int, 3), C.fmt_s(c_wall), C.fmt_s(first["wall"]))},
         {"target": "sglang_probe under 0.5 s with 2,000 extra processes",
          "met": p2000 is not None and p2000 < 0.5,
-         "value": "%s wall (module run included; a module that only parses its arguments: %s)"
-                 % (C.fmt_s(p2000), C.fmt_s(C.median(r.get("floor") for r in g if r["extra"] == 2000)))},
+         "value": "%s wall (module run included; a module that only parses its arguments: %s)" % (
+             C.fmt_s(p2000), C.fmt_s(C.median(r.get("floor") for r in g if r["extra"] == 2000)))},
     ]
     md = ["Median of %d runs per size. `wall` is the whole module run (python start-up included); "
           "`cpu` is the user and system time of the module's process and what it started (the "
