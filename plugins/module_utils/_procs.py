@@ -39,7 +39,6 @@ MARKER_STATE_DIR = "LLMOPS_SGLANG_STATE_DIR"
 
 # psutil's reader of every process's parent in one pass (behind Process.children()); private.
 _ONE_PASS_PARENTS = "_ppid_map"
-_USERS: Dict[int, str] = {}
 # A full row, for a single process (read_proc, children_of).
 _ATTRS = ["ppid", "name", "status", "cmdline"]
 # psutil's status names -> the state letters of ps(1) and /proc/PID/stat, which callers compare.
@@ -294,14 +293,14 @@ def boot_time() -> float:
 
 
 def username(uid: int) -> str:
+    """The user database's name for `uid` now (not remembered: a uid can be reused), its number
+    when it has none, "?" for an unread uid (-1). Asked only for processes a result names."""
     if uid < 0:
         return "?"
-    if uid not in _USERS:
-        try:
-            _USERS[uid] = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            _USERS[uid] = str(uid)
-    return _USERS[uid]
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def read_proc(pid: int) -> Optional[Proc]:
