@@ -46,6 +46,8 @@ LOG_TAIL_BYTES = 4096
 
 @dataclass
 class LaunchSpec:
+    """What a launch starts: the server's argv and environment, where it logs, under which name."""
+
     name: str
     state_dir: str
     log_dir: str

@@ -69,6 +69,8 @@ def open_regular(path: str) -> Optional[BinaryIO]:
 
 @dataclass
 class LogEvent:
+    """Something that happened to the followed log file (opened, truncated, rotated, ...)."""
+
     kind: str  # "opened" | "truncated" | "rotated" | "missing" | "reappeared"
     detail: str
 

@@ -145,6 +145,8 @@ Holder = Tuple[int, float]  # (pid, start time): the process, not only its numbe
 
 @dataclass
 class PortOwners:
+    """Who listens on a launch's port: its own processes and the foreign ones."""
+
     listeners: List[Dict[str, Any]]
     foreign: List[Dict[str, Any]]  # processes (or unreadable sockets) that are not this launch
     # every process this scan named as holding a socket on the port; empty when any holder
