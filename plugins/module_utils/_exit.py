@@ -8,6 +8,7 @@ in `exception` so `-vvv` shows it, never as the message).
 from __future__ import annotations
 
 import errno
+import gc
 import traceback
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 
@@ -50,12 +51,28 @@ def _clean(data: Mapping[str, Any], secrets: Iterable[Optional[str]]) -> Dict[st
     return redact_result(data, secrets)
 
 
+def ending(module: Any) -> None:
+    """A module process ends with its next call (exit_json/fail_json print the result, then
+    sys.exit): what is alive now lives until then. gc.freeze() spares the interpreter's shutdown
+    its cyclic collections over all of it (30-40 ms of every module run; reference counting
+    still frees and closes everything as before). Only for a real AnsibleModule: a caller that
+    goes on living (a test with a stand-in) keeps its collector as it was."""
+    from ansible.module_utils.basic import AnsibleModule
+
+    if isinstance(module, AnsibleModule):
+        gc.freeze()
+
+
 def run(module: Any, body: Body, module_name: str, secrets: Iterable[Optional[str]] = ()) -> None:
     """Run the module body and end the module: exit_json or fail_json, both redacted."""
     secrets = [s for s in secrets if s]
     try:
         result = body(module)
     except Exception as exc:  # the single failure path: see failure()
-        module.fail_json(**_clean(failure(exc, module_name), secrets))
+        fields = _clean(failure(exc, module_name), secrets)
+        ending(module)
+        module.fail_json(**fields)
         return
-    module.exit_json(**_clean(result, secrets))
+    fields = _clean(result, secrets)
+    ending(module)
+    module.exit_json(**fields)

@@ -157,7 +157,7 @@ reason:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _lock, _options, _record
+from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _lock, _options, _record
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 
@@ -228,10 +228,13 @@ def main() -> None:
             details["lock_path"] = details.pop("path")
         if isinstance(details.get("holder"), dict):
             details["holder_text"] = _lock.describe_holder(details["holder"], details.get("age"))
+        _exit.ending(module)
         module.fail_json(msg=exc.msg, **details)
     except OSError as exc:
         where = exc.filename or module.params["state_dir"] or _record.default_state_dir()
+        _exit.ending(module)
         module.fail_json(msg="sglang_lock: %s: %s" % (where, exc.strerror or exc), reason="lock_failed")
+    _exit.ending(module)
     module.exit_json(**result)
 
 
