@@ -185,6 +185,11 @@ progress:
   sample: {running: 10, waiting: 2, source: get_load, elapsed: 35.1, timeout: 300, settle: 2, idle_for: null}
 """
 
+import gc
+
+if __name__ == "__main__":
+    gc.disable()  # a module run: no collection while its code is imported (_exit.started turns it back on)
+
 import time
 from typing import Any, Dict
 
@@ -251,6 +256,7 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
 
 
 def main() -> None:
+    _exit.started()
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     _exit.run(module, _body, "sglang_drain", [module.params["api_key"]])
 

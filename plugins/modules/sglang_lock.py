@@ -155,6 +155,11 @@ reason:
   type: str
 """
 
+import gc
+
+if __name__ == "__main__":
+    gc.disable()  # a module run: no collection while its code is imported (_exit.started turns it back on)
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _lock, _options, _record
@@ -205,6 +210,7 @@ def _run(module: AnsibleModule) -> dict:
 
 
 def main() -> None:
+    _exit.started()
     module = AnsibleModule(
         argument_spec=_options.merged(
             _options.STATE_DIR,

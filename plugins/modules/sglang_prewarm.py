@@ -272,6 +272,11 @@ interpreter_with_libraries:
   sample: /root/ml-env/bin/python
 """
 
+import gc
+
+if __name__ == "__main__":
+    gc.disable()  # a module run: no collection while its code is imported (_exit.started turns it back on)
+
 from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule
@@ -307,6 +312,7 @@ def body(module: AnsibleModule) -> Dict[str, Any]:
 
 
 def main() -> None:
+    _exit.started()
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     _deps.require(module)
     _exit.run(module, body, "sglang_prewarm")

@@ -350,6 +350,11 @@ diagnosis:
   sample: ["python /usr/bin/python3 has no sglang, but /root/ml-env/bin/python has 0.5.23"]
 """
 
+import gc
+
+if __name__ == "__main__":
+    gc.disable()  # a module run: no collection while its code is imported (_exit.started turns it back on)
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _options, _probe
@@ -372,6 +377,7 @@ def _body(module):
 
 
 def main():
+    _exit.started()
     module = AnsibleModule(
         # _options imports nothing: the probe starts (and says what it could not read) on a host
         # without psutil.

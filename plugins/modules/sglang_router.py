@@ -188,6 +188,11 @@ reason:
   type: str
 """
 
+import gc
+
+if __name__ == "__main__":
+    gc.disable()  # a module run: no collection while its code is imported (_exit.started turns it back on)
+
 from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -227,6 +232,7 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
 
 
 def main() -> None:
+    _exit.started()
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
                            required_if=[("state", "present", ("worker_url",)),
                                         ("state", "absent", ("worker_url",))])

@@ -388,6 +388,11 @@ interpreter_with_libraries:
   type: str
 """
 
+import gc
+
+if __name__ == "__main__":
+    gc.disable()  # a module run: no collection while its code is imported (_exit.started turns it back on)
+
 import os
 import sys
 import time
@@ -479,6 +484,7 @@ def _body(module: AnsibleModule) -> dict:
 
 
 def main() -> None:
+    _exit.started()
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     _deps.require(module, ["psutil"])
     _exit.run(module, _body, "sglang_teardown")

@@ -170,3 +170,49 @@ def test_a_caller_that_goes_on_keeps_its_collector():
     stand = Stand()
     _exit.run(stand, lambda m: {"changed": False}, "sglang_x")
     assert stand.kw == {"changed": False} and gc.get_freeze_count() == before
+
+
+_COUNTED = """
+import gc, os, runpy, sys
+early = []
+
+
+def count(phase, info):
+    basic = sys.modules.get("ansible.module_utils.basic")
+    if phase == "start" and basic is not None and not hasattr(basic, "AnsibleModule"):
+        early.append(info["generation"])
+
+
+gc.callbacks.append(count)
+module, sys.argv = sys.argv[1], ["x"] + sys.argv[2:]
+import atexit
+atexit.register(lambda: os.write(2, b"early=%d enabled=%d" % (len(early), gc.isenabled())))
+runpy.run_module("ansible_collections.llmops.sglang.plugins.modules." + module, run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("module", ["sglang_probe", "sglang_teardown", "sglang_lock", "sglang_prewarm",
+                                    "sglang_drain", "sglang_router"])
+def test_a_module_run_imports_its_code_without_collections_then_collects_again(module, tmp_path):
+    """Run as a program, a module file turns the collector off before ansible and the
+    collection are imported (no sweep can find garbage there: ~25 ms a run) and main() turns it
+    back on. Bad arguments end each run right after that."""
+    from helpers.fixtures import COLLECTIONS
+
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"no_such_option": 1}}))
+    out = subprocess.run([sys.executable, "-c", _COUNTED, module, str(args)], capture_output=True, text=True,
+                         cwd="/", env=dict(os.environ, PYTHONPATH=COLLECTIONS))
+    assert json.loads(out.stdout.strip().splitlines()[-1])["failed"] is True, out.stdout + out.stderr
+    assert out.stderr.rsplit("early=", 1)[-1] == "0 enabled=1", out.stderr
+
+
+def test_importing_a_module_file_leaves_the_collector_alone():
+    from helpers.fixtures import COLLECTIONS
+
+    code = ("import gc\nimport ansible_collections.llmops.sglang.plugins.modules.sglang_probe\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils import _exit\n"
+            "_exit.started()\nprint(gc.isenabled(), gc.get_freeze_count())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/",
+                         env=dict(os.environ, PYTHONPATH=COLLECTIONS))
+    assert out.stdout.split() == ["True", "0"]
