@@ -236,10 +236,11 @@ def report(libs: Sequence[str] = REQUIRED, params: Optional[Mapping[str, Any]] =
     return {"msg": message(lacking, found), "missing_libraries": lacking, "interpreter_with_libraries": found}
 
 
-def require(module: Any, libs: Sequence[str] = REQUIRED) -> None:
+def require(module: Any, libs: Sequence[str] = REQUIRED, import_them: bool = False) -> None:
     """Call first in main(): fail with reason `missing_library` when `libs` are not installed.
     Looked up, not imported (requests alone costs ~0.1 s of every start; it is imported where
-    used, and a broken install is reported there)."""
-    found = report(libs, module.params, import_them=False)
+    used, and a broken install is reported there); `import_them` for a library the module has
+    imported already (free to ask again): one that is installed but does not import is named too."""
+    found = report(libs, module.params, import_them=import_them)
     if found is not None:
         module.fail_json(reason="missing_library", **found)

@@ -315,6 +315,8 @@ def main() -> None:
     _exit.started()
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     _deps.require(module)
+    # psutil came with _prewarm: one that is installed but does not import is named as missing
+    _deps.require(module, ("psutil",), import_them=True)
     _exit.run(module, body, "sglang_prewarm")
 
 
