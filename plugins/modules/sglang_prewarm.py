@@ -43,10 +43,10 @@ author:
   - llmops.sglang contributors (@llmops)
 requirements:
   - Linux (C(mincore), C(posix_fadvise), C(/proc/self/fd)).
-  - psutil and requests for the Python that runs the module (SGLang's venv has both; psutil reads
-    MemAvailable and MemTotal). Without them the module fails with reason V(missing_library),
-    naming an interpreter on the host that has them (RV(interpreter_with_libraries)) to pass as
-    C(ansible_python_interpreter).
+  - psutil for the Python that runs the module (it reads MemAvailable and MemTotal; SGLang's venv
+    has it). Without it the module fails with reason V(missing_library), naming an interpreter on
+    the host that has the collection's libraries (RV(interpreter_with_libraries)) to pass as
+    C(ansible_python_interpreter). requests is not needed (the module sends no request).
 options:
   model_path:
     description:
@@ -253,7 +253,7 @@ refused:
   type: list
   elements: dict
 reason:
-  description: The failure code (see notes); V(missing_library) when psutil or requests is not importable.
+  description: The failure code (see notes); V(missing_library) when psutil is not importable.
   returned: on failure
   type: str
 missing_libraries:
@@ -314,8 +314,8 @@ def body(module: AnsibleModule) -> Dict[str, Any]:
 def main() -> None:
     _exit.started()
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    _deps.require(module)
-    # psutil came with _prewarm: one that is installed but does not import is named as missing
+    # psutil only (no request is sent); it came with _prewarm, so asking it to import again is free:
+    # one that is installed but does not import is named as missing too
     _deps.require(module, ("psutil",), import_them=True)
     _exit.run(module, body, "sglang_prewarm")
 
