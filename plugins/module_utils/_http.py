@@ -35,6 +35,7 @@ def _requests() -> Any:
 
 @dataclass
 class Response:
+    """An HTTP answer: status None (and the error text) when there was none."""
     status: Optional[int]
     body: Any
     error: Optional[str] = None

@@ -50,6 +50,7 @@ class Facts:
 
 @dataclass(frozen=True)
 class Decision:
+    """What launch does, why, and what the result reports about it."""
     action: str                                  # noop | launch | relaunch | refuse
     reason: str                                  # the module's RV(reason)
     message: str                                 # the module's RV(decision)

@@ -23,6 +23,7 @@ MIB = 1048576.0
 
 @dataclass(frozen=True)
 class OutputDir:
+    """One directory the server writes into, as the option gives it."""
     path: str
     min_free_mb: float = 0.0
     mode: int = 0o755

@@ -25,6 +25,7 @@ _REASONS = {"space": "no_space", "port_free": "port_busy", "port_holders": "port
 
 @dataclass
 class Report:
+    """Every preflight check with its outcome, the errors and the warnings."""
     checks: List[Dict[str, str]] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)

@@ -60,6 +60,7 @@ DEAD_TAIL_BYTES = 256 * 1024  # a server found dead: its last lines explain the 
 
 @dataclass
 class Options:
+    """How one wait judges the launch."""
     timeout: float = 1200.0
     poll_interval: float = 0.2
     ready_patterns: Sequence[str] = lp.READY_PATTERNS
@@ -84,6 +85,7 @@ host_addresses = _ports.host_addresses
 
 @dataclass
 class Outcome:
+    """The verdict: ready or the failure reason, a message and the result details."""
     ready: bool
     reason: str
     msg: str

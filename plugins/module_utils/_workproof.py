@@ -33,6 +33,7 @@ Listing = Dict[str, Tuple[int, int, int]]
 
 @dataclass
 class WorkCheck:
+    """Which proof of work, and its limits."""
     kind: str
     dump_dir: Optional[str] = None
     dump_wait: float = 30.0
@@ -41,6 +42,7 @@ class WorkCheck:
 
 @dataclass
 class WorkResult:
+    """The proof of work: ok or not, what it saw."""
     ok: bool
     kind: str
     msg: str

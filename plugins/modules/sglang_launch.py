@@ -469,6 +469,11 @@ interpreter_with_libraries:
 import os
 from typing import Any, Dict
 
+import gc
+
+if __name__ == "__main__":
+    gc.disable()  # a module run: no collection while its code is imported (_exit.started turns it back on)
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
@@ -497,6 +502,7 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
 
 
 def main() -> None:
+    _exit.started()
     module = AnsibleModule(
         argument_spec=_options.merged(
             _options.STATE_DIR, _options.GPU_BACKEND, _options.API_KEY, _options.PYTHON, _options.INTROSPECT_TIMEOUT,

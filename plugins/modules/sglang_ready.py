@@ -479,6 +479,11 @@ progress:
 
 from typing import Any, Dict, List, Optional
 
+import gc
+
+if __name__ == "__main__":
+    gc.disable()  # a module run: no collection while its code is imported (_exit.started turns it back on)
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _logpatterns, _options, _readiness, _record
@@ -691,6 +696,7 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
 
 
 def main() -> None:
+    _exit.started()
     module = AnsibleModule(
         argument_spec=argument_spec(),
         required_one_of=[("name", "record")],

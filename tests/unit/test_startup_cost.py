@@ -112,7 +112,8 @@ def test_a_probe_without_a_gpu_backend_answers_as_the_gpu_reader_does_without_co
     assert "_gpus" not in loaded
 
 
-@pytest.mark.parametrize("module", ["sglang_probe", "sglang_teardown", "sglang_prewarm", "sglang_lock"])
+@pytest.mark.parametrize("module", ["sglang_probe", "sglang_teardown", "sglang_prewarm", "sglang_lock",
+                                    "sglang_launch", "sglang_ready", "sglang_drain", "sglang_router"])
 def test_no_dataclass_of_a_modules_start_has_its_docstring_built_at_import(module):
     """A dataclass without a docstring gets one built from inspect.signature when its module is
     imported (~0.5 ms each, on every module run)."""
@@ -192,7 +193,7 @@ runpy.run_module("ansible_collections.llmops.sglang.plugins.modules." + module, 
 
 
 @pytest.mark.parametrize("module", ["sglang_probe", "sglang_teardown", "sglang_lock", "sglang_prewarm",
-                                    "sglang_drain", "sglang_router"])
+                                    "sglang_drain", "sglang_router", "sglang_launch", "sglang_ready"])
 def test_a_module_run_imports_its_code_without_collections_then_collects_again(module, tmp_path):
     """Run as a program, a module file turns the collector off before ansible and the
     collection are imported (no sweep can find garbage there: ~25 ms a run) and main() turns it
