@@ -190,6 +190,7 @@ options:
     type: list
     elements: dict
     default: []
+    version_added: "0.4.0"
     suboptions:
       path:
         description: The directory (absolute).

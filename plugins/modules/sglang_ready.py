@@ -209,6 +209,7 @@ options:
         started without C(--reasoning-parser) returns the reasoning inside C(content)).
       - Not run in check mode (the request would make the server write), nor for O(node_rank) >= 1.
     type: dict
+    version_added: "0.4.0"
     suboptions:
       kind:
         description: Which proof.
