@@ -35,12 +35,17 @@ def _requests(n: int) -> str:
     return "%d request%s" % (n, "" if n == 1 else "s")
 
 
+def _in_flight(load: Mapping[str, Any]) -> int:
+    """Running plus waiting requests of a load reading."""
+    return int(load.get("running") or 0) + int(load.get("waiting") or 0)
+
+
 def progress_line(progress: Mapping[str, Any]) -> str:
     """`draining, 12 requests in flight (35s of 300s)`; idle: `idle for 1s of the 2s settle time`."""
     when = "(%s of %s)" % (P.duration(progress.get("elapsed")), P.duration(progress.get("timeout")))
     if progress.get("running") is None:
         return "draining, no load read yet %s" % when
-    busy = int(progress.get("running") or 0) + int(progress.get("waiting") or 0)
+    busy = _in_flight(progress)
     if busy == 0:
         return "draining, idle for %s of the %s settle time %s" % (
             P.duration(progress.get("idle_for")), P.duration(progress.get("settle")), when)
@@ -58,13 +63,10 @@ def final_line(result: Mapping[str, Any]) -> str:
     if reason == "unreachable":
         return "the server does not answer: nothing to drain"
     if reason == "timeout":
-        load = result.get("load") or {}
-        busy = int(load.get("running") or 0) + int(load.get("waiting") or 0)
-        return "drain timeout after %s, %s still in flight: proceeding" % (took, _requests(busy))
+        return "drain timeout after %s, %s still in flight: proceeding" % (
+            took, _requests(_in_flight(result.get("load") or {})))
     if reason == "check_mode":
-        load = result.get("load") or {}
-        busy = int(load.get("running") or 0) + int(load.get("waiting") or 0)
-        return "check mode: %s in flight" % _requests(busy)
+        return "check mode: %s in flight" % _requests(_in_flight(result.get("load") or {}))
     return str(result.get("msg") or reason)
 
 

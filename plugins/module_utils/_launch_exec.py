@@ -66,7 +66,7 @@ def preflight(p: Mapping[str, Any], dirs: Mapping[str, str], check_mode: bool) -
     full = _preflight.check_space(report, dirs, p["min_free_mb"], p["min_free_inodes"])
     try:
         pf.output_dirs = _outputdirs.parse(p.get("output_dirs"))
-        _outputdirs.check(report, pf.output_dirs, state_dir, _preflight.nearest_existing)
+        _outputdirs.check(report, pf.output_dirs, state_dir)
     except SglangError as exc:
         report.fail("output_dirs", exc.msg)
     pf.interp = interp = _preflight.check_interpreter(report, p["venv"], p["python"], timeout=30)

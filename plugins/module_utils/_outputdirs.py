@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Mapping, Optional
+from typing import Any, Iterable, List, Mapping, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _purge
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._preflight import Report, nearest_existing
 
 MIB = 1048576.0
 
@@ -50,45 +51,39 @@ def parse(items: Optional[Iterable[Mapping[str, Any]]]) -> List[OutputDir]:
     return out
 
 
-def _problem(d: OutputDir, state_dir: str, euid: int) -> Optional[str]:
-    """Why root must not use `d` (None when it may), before it is measured."""
-    try:
-        if d.reclaimable:
-            _purge.check_purge_path(d.path, state_dir, None)
-        _purge.open_checked(d.path, euid).close()
-    except SglangError as exc:
-        return str(exc.details.get("why") or exc.msg)  # the purge rule's reason, not its "refusing to delete"
-    return None
+def _opened(d: OutputDir, state_dir: str, euid: int) -> _purge.CheckedDir:
+    """`d` opened and checked once (its `fd` is None when it does not exist yet), or
+    SglangError saying why root must not use it."""
+    if d.reclaimable:
+        _purge.check_purge_path(d.path, state_dir, None)
+    return _purge.open_checked(d.path, euid)
 
 
-def _reclaimed(d: OutputDir, euid: int) -> int:
-    """Bytes of the files a reclaimable directory holds (the teardown removes them first)."""
-    if not d.reclaimable:
-        return 0
-    checked = _purge.open_checked(d.path, euid)
-    try:
-        return _purge.tree_size(checked)
-    finally:
-        checked.close()
+def _room(d: OutputDir, checked: _purge.CheckedDir) -> Tuple[float, int]:
+    """(MiB available on its filesystem, counting the files a reclaimable one holds - the
+    teardown removes them first -, those files' bytes)."""
+    reclaim = _purge.tree_size(checked) if d.reclaimable else 0
+    st = os.statvfs(nearest_existing(d.path))
+    return (st.f_bavail * st.f_frsize + reclaim) / MIB, reclaim
 
 
-def check(report: Any, dirs: List[OutputDir], state_dir: str, nearest_existing: Any) -> None:
+def check(report: Report, dirs: List[OutputDir], state_dir: str) -> None:
     """Every output directory into the preflight report: usable, and room for `min_free_mb`."""
     euid = os.geteuid()
     for d in dirs:
-        problem = _problem(d, state_dir, euid)
-        if problem:
-            report.fail("dir_safety", "output directory %s cannot be used: %s" % (d.path, problem))
-            continue
-        at = nearest_existing(d.path)
         try:
-            st = os.statvfs(at)
-            reclaim = _reclaimed(d, euid)
-        except (OSError, SglangError) as exc:
-            report.fail("space", "output directory %s: cannot read free space: %s"
-                        % (d.path, getattr(exc, "strerror", None) or getattr(exc, "msg", None) or exc))
+            checked = _opened(d, state_dir, euid)
+        except SglangError as exc:  # the purge rule's reason, not its "refusing to delete"
+            report.fail("dir_safety", "output directory %s cannot be used: %s"
+                        % (d.path, exc.details.get("why") or exc.msg))
             continue
-        free_mb = (st.f_bavail * st.f_frsize + reclaim) / MIB
+        try:
+            free_mb, reclaim = _room(d, checked)
+        except OSError as exc:
+            report.fail("space", "output directory %s: cannot read free space: %s" % (d.path, exc.strerror or exc))
+            continue
+        finally:
+            checked.close()
         counted = " (counting %.0f MiB of files the teardown removes first)" % (reclaim / MIB) if reclaim else ""
         if free_mb < d.min_free_mb:
             report.fail("space", "output directory %s: %.1f MiB free on its filesystem%s, below its min_free_mb %g"

@@ -4,28 +4,14 @@ window of the same module call."""
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Any, Dict, List
 
-import pytest
-
 from helpers.fixtures import run_module, wait_for
-from test_ready import MODEL, launch
-
-
-@pytest.fixture
-def log_file(log_dir: str) -> str:
-    return os.path.join(log_dir, "sglang-%s.log" % uuid.uuid4().hex[:8])
+from test_ready import MODEL, launch, log_file, ready as _ready  # noqa: F401  # pylint: disable=unused-import
 
 
 def _dumps(path: str) -> List[str]:
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
-
-
-def _ready(state_dir: str, check_mode: bool = False, **args: Any) -> Dict[str, Any]:
-    params = {"name": "ready", "state_dir": state_dir, "timeout": 30, "poll_interval": 0.1, "settle": 0.5}
-    params.update(args)
-    return run_module("sglang_ready", params, check_mode=check_mode)
 
 
 def test_generate_must_write_a_new_dump(spawn, emulator_python, state_dir, log_file, tmp_path):

@@ -13,7 +13,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._errors import Sglan
 
 def _check(dirs, state_dir="/nonexistent-state"):
     report = _preflight.Report()
-    _outputdirs.check(report, _outputdirs.parse(dirs), state_dir, _preflight.nearest_existing)
+    _outputdirs.check(report, _outputdirs.parse(dirs), state_dir)
     return report
 
 
