@@ -45,6 +45,44 @@ def validate_port(value: object) -> int:
     return port
 
 
+_PORT_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+_RESERVED = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+
+
+def _read_sysctl(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read().strip()
+    except (OSError, ValueError):
+        return ""
+
+
+def _reserved(text: str, port: int) -> bool:
+    """`ip_local_reserved_ports` is a list like `8000,30000-30010`."""
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        try:
+            if int(low) <= port <= int(high or low):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def ephemeral_range(port: int, port_range: str = _PORT_RANGE,
+                    reserved: str = _RESERVED) -> Optional[Tuple[int, int]]:
+    """The kernel's ephemeral range when `port` lies in it and is not reserved, else None.
+    Such a port can be taken by any outgoing connection in the moment a restart frees it,
+    and the relaunch then fails to bind."""
+    try:
+        low, high = (int(v) for v in _read_sysctl(port_range).split()[:2])
+    except ValueError:
+        return None
+    if not low <= port <= high or _reserved(_read_sysctl(reserved), port):
+        return None
+    return low, high
+
+
 Key = Tuple[str, str, int]
 
 

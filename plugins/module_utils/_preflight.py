@@ -66,6 +66,12 @@ def check_port_param(report: Report, port: Any) -> Optional[int]:
         report.fail("port", "port: %s" % exc)
         return None
     report.ok("port", "port %d is a valid TCP port" % value)
+    span = _ports.ephemeral_range(value)
+    if span is not None:
+        report.warn("port_range", "port %d lies in the kernel's ephemeral range %d-%d "
+                    "(net.ipv4.ip_local_port_range): an outgoing connection can take it while the "
+                    "server is down and the relaunch then fails to bind; use a port below %d or add "
+                    "it to net.ipv4.ip_local_reserved_ports" % (value, span[0], span[1], span[0]))
     return value
 
 

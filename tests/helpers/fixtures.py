@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -37,11 +38,29 @@ def emulator_python_path() -> str:
     return path
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now, below the kernel's ephemeral range. A port from bind(0) lies inside
+    that range, where any outgoing connection (a router's pooled one) may take it in the
+    moment a restart frees it, and the relaunch then fails to bind (a CI failure once)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    high = max(_ephemeral_low(), 20001) - 1
+    for _ in range(500):
+        port = random.randint(20000, high)
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-%d on %s" % (high, host))
 
 
 def run_module(name: str, args: Dict[str, Any], check_mode: bool = False, diff: bool = False,

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _interpreter, _logpatterns, _preflight
+from ansible_collections.llmops.sglang.plugins.module_utils import _interpreter, _logpatterns, _ports, _preflight
 
 
 def _report():
@@ -27,6 +27,30 @@ def test_port_param_ok():
     report = _report()
     assert _preflight.check_port_param(report, "8000") == 8000
     assert not report.errors
+
+
+@pytest.mark.parametrize("port,reserved,expected", [
+    (54101, "", (32768, 60999)), (30000, "", None), (61000, "", None),
+    (54101, "8000,54100-54102", None), (54101, "54101", None), (54101, "x,9-,54000-54050", (32768, 60999))])
+def test_ephemeral_range(tmp_path, port, reserved, expected):
+    """A port the kernel may hand to an outgoing connection, unless reserved."""
+    rng, res = tmp_path / "range", tmp_path / "reserved"
+    rng.write_text("32768\t60999\n")
+    res.write_text(reserved + "\n")
+    assert _ports.ephemeral_range(port, str(rng), str(res)) == expected
+
+
+def test_ephemeral_range_unreadable(tmp_path):
+    assert _ports.ephemeral_range(54101, str(tmp_path / "none"), str(tmp_path / "none")) is None
+
+
+def test_port_in_ephemeral_range_is_a_warning(monkeypatch):
+    monkeypatch.setattr(_ports, "ephemeral_range", lambda port: (32768, 60999))
+    report = _report()
+    assert _preflight.check_port_param(report, 54101) == 54101
+    assert not report.errors
+    assert "ephemeral range 32768-60999" in report.warnings[0]
+    assert "ip_local_reserved_ports" in report.warnings[0]
 
 
 @pytest.mark.parametrize("value,needle", [(0, "at least 1"), (-2, "at least 1"), ("x", "not an integer"),
