@@ -247,11 +247,60 @@ def _instance_lock(req: Request, take: bool) -> Iterator[None]:
         yield
 
 
+def operation_lock(req: Request) -> Optional[Dict[str, Any]]:
+    """The instance's operation lock, taken by this call when `operation_lock` asks (a
+    restart's plan: one module call instead of a lock task before it). Taken for real in check
+    mode too - the plan always runs in check mode - unless `check_only` (a --check run, which
+    only learns whether it could be taken). Not taken when the preflight failed: nothing will
+    be done then, and an unusable state dir is that failure's to name."""
+    spec = req.params.get("operation_lock")
+    if not spec or req.pf.report.errors:
+        return None
+    holder = spec.get("holder") or {}
+    if not isinstance(holder.get("controller"), dict):
+        raise SglangError("operation_lock needs the action plugin of sglang_launch, which records the controller "
+                          "that holds the lock: call the module as llmops.sglang.sglang_launch", reason="bad_option")
+    try:
+        return _lock.take(req.state_dir, req.name, holder, takeover=spec.get("takeover"),
+                          takeover_reason=spec.get("takeover_reason"), check_mode=bool(spec.get("check_only")))
+    except SglangError as exc:
+        details = dict(exc.details)
+        if "path" in details:  # not `path`: Ansible would add that file's attributes to the result
+            details["lock_path"] = details.pop("path")
+        if isinstance(details.get("holder"), dict):
+            details["holder_text"] = _lock.describe_holder(details["holder"], details.get("age"))
+        raise SglangError(exc.msg, **details) from None
+    except OSError as exc:
+        raise SglangError("the operation lock in %s cannot be taken: %s" % (exc.filename or req.state_dir,
+                                                                             exc.strerror or exc),
+                          reason="lock_failed") from None
+
+
+def prewarm(model_path: str, spec: Mapping[str, Any]) -> Dict[str, Any]:
+    """sglang_prewarm's work in this call, for a server this call decided must be (re)started:
+    a restart's plan warms the new weights while the old server still serves, without a task of
+    its own. Read for real in check mode too (the plan runs in check mode) unless `check_only`.
+    A failure is no failure of this call: the result says it (failed, reason, msg) and the
+    caller decides (a memory floor or a directory without weights never stops a restart)."""
+    # imported here: only a plan that decides to restart reads weights (ctypes, mincore)
+    from ansible_collections.llmops.sglang.plugins.module_utils import _prewarm
+
+    opts = _prewarm.Options(threads=spec["threads"], min_available=spec["min_available"], timeout=spec["timeout"],
+                            check_mode=bool(spec.get("check_only")))
+    try:
+        return _prewarm.report(_prewarm.run(model_path, opts), opts)
+    except SglangError as exc:
+        return dict(exc.details, failed=True, msg=exc.msg)
+
+
 def run(p: Mapping[str, Any], check_mode: bool, diff: bool) -> Dict[str, Any]:
     """The module's work: a result, or SglangError carrying the result so far."""
     req = prepare(p, check_mode)
     partial = base_result(req)
     try:
+        taken = operation_lock(req)
+        if taken is not None:
+            partial["operation_lock"] = taken
         with _instance_lock(req, take=not check_mode and not req.pf.report.errors):
             decision = _launch_plan.decide(gather(req, check_mode))
             partial = result = outcome(partial, req.pf.report, decision, diff)
@@ -262,6 +311,8 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool) -> Dict[str, Any]:
                 launched = spawn(req)
                 result.update(pid=launched["pid"], log_path=launched["log_path"], record=launched,
                               containment=_launch_plan.record_containment(launched))
+            elif decision.changed and p.get("prewarm"):
+                result["prewarm"] = prewarm(p["model_path"], p["prewarm"])
             return result
     except SglangError as exc:
         raise _carrying(exc, partial) from None

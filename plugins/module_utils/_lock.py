@@ -355,6 +355,23 @@ def acquire(state_dir: str, name: str, holder: Dict[str, Any], takeover: Optiona
         return {"changed": True, "path": path, "holder": data, "previous": current, "taken_over": why}
 
 
+def take(state_dir: str, name: str, holder: Dict[str, Any], takeover: Optional[str] = None,
+         takeover_reason: Optional[str] = None, check_mode: bool = False, diff: bool = False) -> Dict[str, Any]:
+    """`acquire` as a result: reason held | taken | taken_over, lock_path, holder and its line
+    (sglang_lock's result, and the `operation_lock` of sglang_launch's)."""
+    out = acquire(state_dir, name, holder, takeover=takeover, takeover_reason=takeover_reason,
+                  check_mode=check_mode)
+    reason = "held" if not out["changed"] else ("taken_over" if out["previous"] else "taken")
+    result = dict(changed=out["changed"], reason=reason, lock_path=out["path"], holder=out["holder"],
+                  holder_text=describe_holder(out["holder"]))
+    if out["previous"] is not None:
+        result.update(previous=out["previous"], taken_over=out["taken_over"])
+    if diff:
+        before = describe_holder(out["previous"]) if out["previous"] else "(not held)"
+        result["diff"] = {"before": before + "\n", "after": result["holder_text"] + "\n"}
+    return result
+
+
 def release(state_dir: str, name: str, holder: Dict[str, Any], token: Optional[str] = None,
             force: bool = False, check_mode: bool = False) -> Dict[str, Any]:
     """Remove the lock when this run holds it (same run and inventory host, or `token`), or

@@ -211,6 +211,68 @@ options:
             shared root, a system tree, a home or inside the state directory).
         type: bool
         default: false
+  operation_lock:
+    description:
+      - Take the instance's operation lock C(<state_dir>/<name>.restart.lock) in this same call,
+        before the server is read - what C(llmops.sglang.sglang_lock) takes, with the same holder
+        (this controller's C(ansible-playbook), play and inventory host) and the same judgement of
+        a left-over holder (a provably gone one is taken over at once; an alive one, or another
+        controller's younger than O(operation_lock.ttl), refuses with RV(reason) V(locked)). The
+        restart role's plan takes it this way, saving a task; C(llmops.sglang.sglang_ready)'s
+        O(llmops.sglang.sglang_ready#module:release_lock) gives it back once the server is ready.
+      - Taken for real in check mode too (the plan of a restart runs in check mode) unless
+        O(operation_lock.check_only). Not taken when the preflight failed (nothing is done then).
+      - Needs the module's action plugin (call it as C(llmops.sglang.sglang_launch)).
+    type: dict
+    version_added: "0.5.0"
+    suboptions:
+      ttl:
+        description: Seconds after which a lock whose holder cannot be checked from this controller counts as stale.
+        type: float
+        default: 0
+      check_only:
+        description: Only find out whether the lock could be taken (a C(--check) run); nothing is written.
+        type: bool
+        default: false
+      holder:
+        description: Set by the action plugin - the controller, play and inventory host taking the lock.
+        type: dict
+      takeover:
+        description: Set by the action plugin - the token of a holder it judged gone.
+        type: str
+      takeover_reason:
+        description: Set by the action plugin - why that holder is gone.
+        type: str
+  prewarm:
+    description:
+      - When this call runs in check mode (a restart's plan) and decides that a server must be
+        (re)started, read the weight files of O(model_path) into the page cache, as
+        C(llmops.sglang.sglang_prewarm) does (same file selection, memory floor, symlink rule and
+        idempotence), while the old server still serves. The restart role's plan does this,
+        saving a task. Result in RV(prewarm).
+      - A prewarm that fails (nothing fits above the floor, no weight files, an unsafe link) is no
+        failure of this call; RV(prewarm) says it with C(failed), C(reason) and C(msg).
+      - Ignored by a launch that starts a server (the server reads its weights itself). O(model_path)
+        must be an absolute local directory.
+    type: dict
+    version_added: "0.5.0"
+    suboptions:
+      threads:
+        description: Files read in parallel (1 to 64).
+        type: int
+        default: 4
+      min_available:
+        description: The floor MemAvailable must stay above while reading - a percentage of MemTotal (V(10%)) or a size (V(64G)).
+        type: raw
+        default: 10%
+      timeout:
+        description: Seconds of reading after which it stops early (no failure).
+        type: float
+        default: 1800
+      check_only:
+        description: Only measure what would be read (a C(--check) run); nothing is read.
+        type: bool
+        default: false
   probe_timeout:
     description:
       - Seconds a running server with the requested configuration has to answer an HTTP request
@@ -339,7 +401,7 @@ reason:
       the instance cgroup; the launch was stopped), V(missing_library) (psutil or requests not importable, see RV(interpreter_with_libraries)),
       V(no_space) (below O(min_free_mb) or O(min_free_inodes)), V(preflight_failed)
       (several kinds of preflight failure), and the reasons of the step that failed - V(bad_name),
-      V(unsafe_dir), V(locked), V(spawn_failed), V(spawn_timeout), V(died), V(io_error), ... -
+      V(unsafe_dir), V(locked), V(lock_failed), V(spawn_failed), V(spawn_timeout), V(died), V(io_error), ... -
       taken from where the error was raised.
   returned: always
   type: str
@@ -457,6 +519,27 @@ containment:
   type: dict
   sample: {backend: cgroup, why: "auto: PID 1 is not systemd; cgroup v2 at /sys/fs/cgroup is writable by uid 0",
            cgroup: /sys/fs/cgroup/llmops-sglang.slice/serving, unit: null}
+prewarm:
+  description:
+    - What O(prewarm) read - the result C(llmops.sglang.sglang_prewarm) returns (C(changed), C(msg),
+      C(files), C(bytes), C(resident_before_pct), C(resident_after_pct), C(read_bytes), C(seconds),
+      C(stopped), C(memory), ...), or C(failed), C(reason) and C(msg) when it could not run.
+  returned: when O(prewarm) was given and this call, in check mode, decided a server must be (re)started
+  type: dict
+  version_added: "0.5.0"
+  sample: {changed: true, resident_before_pct: 2.5, resident_after_pct: 100.0, read_bytes: 16106127360,
+           msg: "read 15.0 GiB of 4 files of /models/Qwen3-8B in 6.1 s (2.64 GB/s): 2.5% was resident before, 100.0% now"}
+operation_lock:
+  description:
+    - The operation lock this call took (O(operation_lock)) - C(reason) (V(taken), V(held) by this
+      run already, V(taken_over)), C(lock_path), C(holder), C(holder_text), and C(previous) and
+      C(taken_over) after a takeover. On a refusal the module fails with RV(reason) V(locked) and
+      the top-level C(holder), C(holder_text), C(age) and C(lock_path) of the lock's holder.
+  returned: when O(operation_lock) was given and the preflight passed
+  type: dict
+  version_added: "0.5.0"
+  sample: {changed: true, reason: taken, lock_path: /var/lib/llmops-sglang/serving.restart.lock,
+           holder_text: "ansible-playbook pid 4242 of root@ctl.example.com, play 'Restart', host gpu-07, since 12:01:07"}
 interpreter_with_libraries:
   description:
     - An interpreter on the host that imports psutil and requests (run only when nobody but root
@@ -532,6 +615,17 @@ def main() -> None:
                 mode=dict(type="str", default="0755"),
                 reclaimable=dict(type="bool", default=False))),
             probe_timeout=dict(type="float", default=5),
+            prewarm=dict(type="dict", options=dict(
+                threads=dict(type="int", default=4),
+                min_available=dict(type="raw", default="10%"),
+                timeout=dict(type="float", default=1800.0),
+                check_only=dict(type="bool", default=False))),
+            operation_lock=dict(type="dict", options=dict(
+                ttl=dict(type="float", default=0.0),
+                check_only=dict(type="bool", default=False),
+                holder=dict(type="dict"),
+                takeover=dict(type="str"),
+                takeover_reason=dict(type="str"))),
             spawn_timeout=dict(type="float", default=30),
             containment=dict(type="str", default="auto", choices=list(_containment.BACKENDS)),
         ),

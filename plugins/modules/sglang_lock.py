@@ -168,17 +168,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils._errors import Sglan
 
 def _present(module: AnsibleModule, state_dir: str) -> dict:
     p = module.params
-    out = _lock.acquire(state_dir, p["name"], p["holder"], takeover=p["takeover"],
-                        takeover_reason=p["takeover_reason"], check_mode=module.check_mode)
-    reason = "held" if not out["changed"] else ("taken_over" if out["previous"] else "taken")
-    result = dict(changed=out["changed"], reason=reason, lock_path=out["path"], holder=out["holder"],
-                  holder_text=_lock.describe_holder(out["holder"]))
-    if out["previous"] is not None:
-        result.update(previous=out["previous"], taken_over=out["taken_over"])
-    if module._diff:
-        before = _lock.describe_holder(out["previous"]) if out["previous"] else "(not held)"
-        result["diff"] = {"before": before + "\n", "after": result["holder_text"] + "\n"}
-    return result
+    return _lock.take(state_dir, p["name"], p["holder"], takeover=p["takeover"], takeover_reason=p["takeover_reason"],
+                      check_mode=module.check_mode, diff=module._diff)
 
 
 def _absent(module: AnsibleModule, state_dir: str) -> dict:

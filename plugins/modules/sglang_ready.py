@@ -227,6 +227,16 @@ options:
         description: Seconds each request may take.
         type: float
         default: 60
+  release_lock:
+    description:
+      - The token (C(holder.token)) of the instance's operation lock to give back once the server
+        is ready and its O(work) proven - the last step of a restart whose plan took the lock
+        (C(llmops.sglang.sglang_launch)'s O(llmops.sglang.sglang_launch#module:operation_lock)),
+        in this same call instead of a task of its own. Not released when the server is not ready
+        (a rollback still needs it). A lock that now has another token is left in place (a warning).
+      - Result in RV(operation_lock_released).
+    type: str
+    version_added: "0.5.0"
 extends_documentation_fragment:
   - llmops.sglang.common.state_dir
   - llmops.sglang.common.api_key
@@ -437,6 +447,14 @@ work:
   type: dict
   sample: {ok: true, kind: generate, msg: "POST /generate -> 200, new dump /dev/shm/sglang_hs/req-1.pt", status: 200,
            evidence: /dev/shm/sglang_hs/req-1.pt, seconds: 0.31}
+operation_lock_released:
+  description: >-
+    What became of the operation lock named by O(release_lock) - C(changed) (removed), C(lock_path),
+    C(kept) (whose lock was left in place), C(error) (why it could not be removed).
+  returned: when O(release_lock) was given and the server is ready
+  type: dict
+  version_added: "0.5.0"
+  sample: {changed: true, lock_path: /var/lib/llmops-sglang/serving.restart.lock, kept: null}
 log_bytes_read:
   description: Bytes of the log read by this check (all slices together for a sliced wait).
   returned: always
@@ -487,7 +505,7 @@ if __name__ == "__main__":
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _logpatterns, _options, _readiness, _record
+from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _lock, _logpatterns, _options, _readiness, _record
 from ansible_collections.llmops.sglang.plugins.module_utils import _timeline_store, _workproof
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
@@ -513,6 +531,7 @@ def argument_spec() -> Dict[str, Any]:
         node_rank=dict(type="int"),
         require_ready_line=dict(type="bool", default=True),
         slice_seconds=dict(type="float"),
+        release_lock=dict(type="str", no_log=False),
         work=dict(type="dict", options=dict(
             kind=dict(type="str", required=True, choices=list(_workproof.KINDS)),
             dump_dir=dict(type="path"),
@@ -645,7 +664,24 @@ def _finish(module: AnsibleModule, outcome: _readiness.Outcome, ctx: Dict[str, A
             module.warn("the start's timeline was not remembered: %s" % exc.msg)
     if not outcome.ready:
         raise SglangError(result.pop("msg"), **result)
+    if module.params["release_lock"] and ctx.get("state_dir") and ctx.get("name"):
+        result["operation_lock_released"] = _release_lock(module, ctx)
     return result
+
+
+def _release_lock(module: AnsibleModule, ctx: Dict[str, Any]) -> Dict[str, Any]:
+    """The operation lock given back by its token: the server is ready, the restart is done.
+    A failure to remove it does not undo readiness (the play's own release task tries again)."""
+    try:
+        out = _lock.release(ctx["state_dir"], ctx["name"], {}, token=module.params["release_lock"],
+                            check_mode=module.check_mode)
+    except SglangError as exc:
+        module.warn("the operation lock was not released: %s" % exc.msg)
+        return {"changed": False, "lock_path": _lock.lock_path(ctx["state_dir"], ctx["name"]), "kept": None,
+                "error": exc.msg}
+    if out["kept"]:
+        module.warn("the lock %s is held by %s; left in place" % (out["path"], out["kept"]))
+    return {"changed": out["changed"], "lock_path": out["path"], "kept": out["kept"]}
 
 
 def _slice_seconds(params: Dict[str, Any]) -> float:

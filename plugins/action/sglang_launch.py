@@ -1,0 +1,47 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.sglang contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin of sglang_launch: the controller half of its `operation_lock`.
+
+Without `operation_lock` the module runs as it would without this plugin. With it, the
+controller's identity goes into the lock's arguments and a refusal because of a recorded holder
+is judged here, as for sglang_lock (plugin_utils/_operation_lock): provably gone -> the module
+runs again, taking the lock over; alive or another controller's -> the refusal stands.
+"""
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.vars import merge_hash
+
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _operation_lock as L
+
+MODULE = "llmops.sglang.sglang_launch"
+
+
+class ActionModule(ActionBase):
+    """Adds the lock holder's identity when the launch takes the operation lock."""
+
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        args = dict(self._task.args)
+        spec = args.get("operation_lock")
+        try:
+            if isinstance(spec, dict):
+                spec = args["operation_lock"] = dict(spec, holder=L.holder(task_vars))
+            res = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+            if isinstance(spec, dict) and L.refused(res):
+                takeover = L.judge(res, spec["holder"]["controller"], str(args.get("name") or "sglang"),
+                                   spec.get("ttl"), args.get("state_dir"),
+                                   task_vars.get("inventory_hostname", "the host"))
+                if takeover is not None:
+                    args["operation_lock"] = dict(spec, **takeover)
+                    res = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        return merge_hash(result, res)

@@ -1,0 +1,122 @@
+"""The restart's operation lock without tasks of its own: sglang_launch's plan takes it in the same
+call (`operation_lock`), sglang_ready gives it back once the server is ready (`release_lock`); the
+plan also warms the new weights (`prewarm`). Module calls get the holder the way the action plugin
+gives it; the playbook test checks the restart runs no lock or prewarm task and leaves no lock."""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Dict
+
+from helpers import play_runs
+from helpers.fixtures import ROOT, run_module
+from helpers.warnings import warnings_of
+from test_ready import launch, log_file, ready  # noqa: F401  # pylint: disable=unused-import
+from ansible_collections.llmops.sglang.plugins.module_utils import _lock
+
+ME = {"host": "ctl.example.org", "user": "ops", "program": "ansible-playbook", "pid": 4242, "pid_start": 77,
+      "boot_id": "b", "machine_id": "m", "pid_ns": "pid:[1]"}
+OTHER = dict(ME, host="bastion.example.org", user="alice", pid=99)
+MODEL = os.path.join(ROOT, "inventory", "files", "demo-model")
+
+
+def _holder(ctl: Dict[str, Any]) -> Dict[str, Any]:
+    return {"controller": dict(ctl), "play": "Restart", "inventory_host": "gpu-1"}
+
+
+def _plan(state_dir: str, emulator_python: str, **kw: Any) -> Dict[str, Any]:
+    args: Dict[str, Any] = {"name": "srv", "state_dir": state_dir, "venv": os.path.dirname(os.path.dirname(emulator_python)),
+                            "model_path": MODEL, "port": 18999, "gpu_backend": "none",
+                            "operation_lock": {"holder": _holder(ME)}}
+    args.update(kw)
+    return run_module("sglang_launch", args, check_mode=True)
+
+
+def test_the_plan_takes_the_lock_and_refuses_another_holder(state_dir, emulator_python):
+    took = _plan(state_dir, emulator_python)
+    assert took["_rc"] == 0 and took["changed"] and took["reason"] == "new", took
+    lock = took["operation_lock"]
+    assert lock["reason"] == "taken" and os.path.isfile(lock["lock_path"]), lock
+    assert _lock.read_holder(lock["lock_path"])["token"] == lock["holder"]["token"]
+    # check mode: nothing else written but the preflight's flag cache
+    assert sorted(os.listdir(state_dir)) == ["introspect-cache", "srv.restart.lock"]
+
+    again = _plan(state_dir, emulator_python)
+    assert again["operation_lock"]["reason"] == "held", again["operation_lock"]
+
+    other = _plan(state_dir, emulator_python, operation_lock={"holder": _holder(OTHER)})
+    assert other["_rc"] != 0 and other["reason"] == "locked", other
+    assert "ops@ctl.example.org" in other["holder_text"] and other["lock_path"] == lock["lock_path"], other
+    assert other["preflight"]["checks"], other  # the preflight's findings come with the refusal
+    assert _lock.read_holder(lock["lock_path"])["token"] == lock["holder"]["token"]  # untouched
+
+
+def test_no_lock_without_the_action_plugin_a_check_only_run_or_a_failed_preflight(state_dir, emulator_python):
+    bare = _plan(state_dir, emulator_python, operation_lock={"ttl": 5})
+    assert bare["_rc"] != 0 and bare["reason"] == "bad_option", bare
+    assert "llmops.sglang.sglang_launch" in bare["msg"], bare
+
+    dry = _plan(state_dir, emulator_python, operation_lock={"holder": _holder(ME), "check_only": True})
+    assert dry["_rc"] == 0 and dry["operation_lock"]["reason"] == "taken", dry
+    assert not os.path.exists(dry["operation_lock"]["lock_path"])
+
+    refused = _plan(state_dir, emulator_python, port="80a")
+    assert refused["_rc"] != 0 and refused["reason"] == "preflight_failed", refused
+    assert "operation_lock" not in refused and "srv.restart.lock" not in os.listdir(state_dir)
+
+
+def test_the_plan_warms_the_weights_only_when_the_server_must_change(state_dir, emulator_python, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(os.urandom(256 * 1024))
+    warmed = _plan(state_dir, emulator_python, model_path=str(model), operation_lock=None,
+                   prewarm={"threads": 1, "min_available": "1%", "timeout": 60})
+    assert warmed["changed"] and warmed["prewarm"]["files"] >= 1, warmed
+    assert warmed["prewarm"]["resident_after_pct"] == 100.0, warmed["prewarm"]
+
+    nothing = _plan(state_dir, emulator_python, operation_lock=None, prewarm={"threads": 1})
+    assert nothing["prewarm"]["failed"] and nothing["prewarm"]["reason"] == "no_weights", nothing  # no failure of the plan
+    assert nothing["_rc"] == 0
+
+
+def test_ready_gives_the_lock_back_only_when_ready_and_only_its_own(spawn, emulator_python, state_dir, log_file):
+    taken = _lock.take(state_dir, "ready", _holder(ME))
+    token = taken["holder"]["token"]
+
+    dead = ready(state_dir, name="nosuch", release_lock=token)  # no server: not ready
+    assert dead["_rc"] != 0 and "operation_lock_released" not in dead
+    assert os.path.exists(taken["lock_path"])
+
+    launch(spawn, emulator_python, state_dir, log_file)
+    wrong = ready(state_dir, release_lock="not-the-token")
+    assert wrong["ready"] and not wrong["operation_lock_released"]["changed"], wrong
+    assert "ops@ctl.example.org" in wrong["operation_lock_released"]["kept"]
+    assert any("left in place" in w for w in warnings_of(wrong)), wrong
+    assert os.path.exists(taken["lock_path"])
+
+    mine = ready(state_dir, release_lock=token)
+    assert mine["ready"] and mine["operation_lock_released"]["changed"], mine
+    assert not os.path.exists(taken["lock_path"])
+
+
+def test_a_restart_runs_no_lock_or_prewarm_task_and_leaves_no_lock(tmp_path):
+    hv = play_runs.host_vars(str(tmp_path), "h1")
+    inv = play_runs.write_inventory(str(tmp_path / "inventory.yml"), {"h1": hv})
+    lock_file = os.path.join(hv["sglang_state_dir"], "%s.restart.lock" % hv["sglang_name"])
+    try:
+        for fraction in ("0.85", "0.88"):  # a first launch, then a real restart
+            run = play_runs.play(inv, "restart_extraction.yml", "-e", "sglang_extraction_mem_fraction_static=" + fraction)
+            out = run.stdout + run.stderr
+            assert run.returncode == 0, out[-4000:]
+            assert "lock: held by this run" in out, out[-3000:]
+            assert not os.path.exists(lock_file)
+            # the lock is the plan's and the ready call's: no task of its own runs
+            assert "TASK [llmops.sglang.sglang_restart : Take the operation lock" not in out
+            release = re.search(r"TASK \[llmops\.sglang\.sglang_restart : Release the operation lock[^\n]*\n(\w+)", out)
+            assert release and release.group(1) == "skipping", out[-3000:]
+            # the plan warmed (the demo model has no weight files: said, no failure); no prewarm module task
+            warm = re.search(r"TASK \[llmops\.sglang\.sglang_restart : Warm the new weights[^\n]*\n(\w+)", out)
+            assert warm and warm.group(1) == "skipping", out[-3000:]
+    finally:
+        play_runs.teardown(inv)
