@@ -271,8 +271,8 @@ def operation_lock(req: Request) -> Optional[Dict[str, Any]]:
             details["holder_text"] = _lock.describe_holder(details["holder"], details.get("age"))
         raise SglangError(exc.msg, **details) from None
     except OSError as exc:
-        raise SglangError("the operation lock in %s cannot be taken: %s" % (exc.filename or req.state_dir,
-                                                                             exc.strerror or exc),
+        where = exc.filename or req.state_dir
+        raise SglangError("the operation lock in %s cannot be taken: %s" % (where, exc.strerror or exc),
                           reason="lock_failed") from None
 
 

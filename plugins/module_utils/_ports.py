@@ -60,7 +60,7 @@ def _read_sysctl(path: str) -> str:
 def _reserved(text: str, port: int) -> bool:
     """`ip_local_reserved_ports` is a list like `8000,30000-30010`."""
     for part in text.split(","):
-        low, _, high = part.strip().partition("-")
+        low, high = (part.strip().split("-", 1) + [""])[:2]
         try:
             if int(low) <= port <= int(high or low):
                 return True

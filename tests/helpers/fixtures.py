@@ -52,8 +52,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     moment a restart frees it, and the relaunch then fails to bind (a CI failure once)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     high = max(_ephemeral_low(), 20001) - 1
-    for _ in range(500):
-        port = random.randint(20000, high)
+    for port in random.sample(range(20000, high + 1), min(500, high - 19999)):
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((host, port))
