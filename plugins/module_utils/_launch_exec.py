@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _cliargs, _containment, _http, _launch_plan, _launcher, _lock, _outputdirs, _preflight, _procs, _record, _redact)
+    _cliargs, _containment, _exit, _http, _launch_plan, _launcher, _lock, _outputdirs, _preflight, _procs, _record,
+    _redact)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 
 
@@ -291,6 +292,9 @@ def prewarm(model_path: str, spec: Mapping[str, Any]) -> Dict[str, Any]:
         return _prewarm.report(_prewarm.run(model_path, opts), opts)
     except SglangError as exc:
         return dict(exc.details, failed=True, msg=exc.msg)
+    except OSError as exc:  # an unreadable shard: the caller decides, the lock taken stays in the result
+        return {"failed": True, "reason": _exit.os_error_reason(exc), "path": exc.filename,
+                "msg": "prewarm: %s" % _exit.os_error_message(exc)}
 
 
 def run(p: Mapping[str, Any], check_mode: bool, diff: bool) -> Dict[str, Any]:
@@ -316,6 +320,11 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool) -> Dict[str, Any]:
             return result
     except SglangError as exc:
         raise _carrying(exc, partial) from None
+    except Exception as exc:  # an operation lock taken above must reach the caller, who gives it back
+        if "operation_lock" not in partial:
+            raise
+        fields = _exit.failure(exc, "sglang_launch")
+        raise _carrying(SglangError(fields.pop("msg"), **fields), partial) from None
 
 
 def _secret_values(value: Any) -> List[str]:

@@ -449,8 +449,9 @@ work:
            evidence: /dev/shm/sglang_hs/req-1.pt, seconds: 0.31}
 operation_lock_released:
   description: >-
-    What became of the operation lock named by O(release_lock) - C(changed) (removed), C(lock_path),
-    C(kept) (whose lock was left in place), C(error) (why it could not be removed).
+    What became of the operation lock named by O(release_lock) - C(changed) (removed), C(token) (the
+    token of the lock removed), C(lock_path), C(kept) (whose lock was left in place), C(error) (why it
+    could not be removed); in check mode C(would_release) instead (nothing is removed).
   returned: when O(release_lock) was given and the server is ready
   type: dict
   version_added: "0.5.0"
@@ -681,7 +682,10 @@ def _release_lock(module: AnsibleModule, ctx: Dict[str, Any]) -> Dict[str, Any]:
                 "error": exc.msg}
     if out["kept"]:
         module.warn("the lock %s is held by %s; left in place" % (out["path"], out["kept"]))
-    return {"changed": out["changed"], "lock_path": out["path"], "kept": out["kept"]}
+    if module.check_mode:  # nothing was removed: the play's own release task still must
+        return {"changed": False, "would_release": out["changed"], "lock_path": out["path"], "kept": out["kept"]}
+    return {"changed": out["changed"], "lock_path": out["path"], "kept": out["kept"],
+            "token": module.params["release_lock"] if out["changed"] else None}
 
 
 def _slice_seconds(params: Dict[str, Any]) -> float:

@@ -95,8 +95,14 @@ def test_ready_gives_the_lock_back_only_when_ready_and_only_its_own(spawn, emula
     assert any("left in place" in w for w in warnings_of(wrong)), wrong
     assert os.path.exists(taken["lock_path"])
 
+    dry = ready(state_dir, check_mode=True, release_lock=token)  # check mode removes nothing, says so
+    assert dry["operation_lock_released"] == {"changed": False, "would_release": True,
+                                              "lock_path": taken["lock_path"], "kept": None}, dry
+    assert os.path.exists(taken["lock_path"])
+
     mine = ready(state_dir, release_lock=token)
     assert mine["ready"] and mine["operation_lock_released"]["changed"], mine
+    assert mine["operation_lock_released"]["token"] == token  # what the role compares with its plan's lock
     assert not os.path.exists(taken["lock_path"])
 
 
