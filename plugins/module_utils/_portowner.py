@@ -209,9 +209,20 @@ def _holders(listeners: List[_ports.Listener]) -> FrozenSet[Holder]:
     return frozenset(out)
 
 
-def port_owners(port: int, ident: LaunchIdentity) -> PortOwners:
-    """Every listener on `port`, each holder described and judged (one scan of the fd tables)."""
+# How long to wait before scanning again for a socket whose owner the scan did not find.
+UNNAMED_RESCAN_S = 0.05
+
+
+def port_owners(port: int, ident: LaunchIdentity, sleep: Any = time.sleep) -> PortOwners:
+    """Every listener on `port`, each holder described and judged (one scan of the fd tables).
+    A socket without a named owner is scanned once more first: psutil reads the processes' fds
+    before the socket table, so a socket created in between (a server binding its port as the
+    scan passes - the launch being waited for) has no owner in that scan, and an unnamed owner
+    counts as foreign. Another user's socket stays unnamed and foreign."""
     found = _ports.listeners([port])
+    if any(not listener.pids for listener in found):
+        sleep(UNNAMED_RESCAN_S)
+        found = _ports.listeners([port])
     foreign: List[Dict[str, Any]] = []
     seen: set = set()
     entries = [_entry(listener, ident, foreign, seen) for listener in found]

@@ -49,7 +49,7 @@ def _ephemeral_low() -> int:
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free now, below the kernel's ephemeral range. A port from bind(0) lies inside
     that range, where any outgoing connection (a router's pooled one) may take it in the
-    moment a restart frees it, and the relaunch then fails to bind (a CI failure once)."""
+    moment a restart frees it, and the relaunch then fails to bind."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     high = max(_ephemeral_low(), 20001) - 1
     for port in random.sample(range(20000, high + 1), min(500, high - 19999)):

@@ -329,3 +329,27 @@ def test_a_scan_without_the_launchs_listener_is_not_reused_when_the_launch_binds
     finally:
         ours.kill()
         ours.wait()
+
+
+def test_a_socket_caught_while_its_launch_binds_is_scanned_again(monkeypatch):
+    """psutil reads the fds before the socket table: a socket bound in between has no owner in
+    that scan. Once counted as foreign, it made the readiness wait call the launch it waits for
+    a stale server (CI, two launches at once); the scan now runs once more before judging."""
+    me = os.getpid()
+    ident = _portowner.LaunchIdentity(pid=me, start_time=_procs.start_time_of(me))
+    scans = [[_ports.Listener(port=30611, address="127.0.0.1", family="ipv4", inode=0, pids=[])],
+             [_ports.Listener(port=30611, address="127.0.0.1", family="ipv4", inode=7, pids=[me])]]
+    monkeypatch.setattr(_ports, "listeners", lambda ports: scans.pop(0))
+    slept = []
+    owners = _portowner.port_owners(30611, ident, sleep=slept.append)
+    assert slept == [_portowner.UNNAMED_RESCAN_S]
+    assert not owners.clashing("127.0.0.1") and owners.ours, owners
+
+
+def test_a_socket_whose_owner_stays_unnamed_is_foreign(monkeypatch):
+    """Another user's socket (its fds unreadable) stays unnamed: foreign, after the second look."""
+    ident = _portowner.LaunchIdentity(pid=os.getpid())
+    unnamed = _ports.Listener(port=30611, address="0.0.0.0", family="ipv4", inode=0, pids=[])
+    monkeypatch.setattr(_ports, "listeners", lambda ports: [unnamed])
+    owners = _portowner.port_owners(30611, ident, sleep=lambda s: None)
+    assert [o["cmdline"] for o in owners.clashing("127.0.0.1")] == [_portowner.UNREADABLE_OWNER]
