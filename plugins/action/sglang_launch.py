@@ -31,17 +31,18 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = dict(self._task.args)
         spec = args.get("operation_lock")
+
+        def execute(takeover):
+            if isinstance(spec, dict):
+                args["operation_lock"] = dict(spec, **(takeover or {}))
+            return self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
         try:
             if isinstance(spec, dict):
-                spec = args["operation_lock"] = dict(spec, holder=L.holder(task_vars))
-            res = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
-            if isinstance(spec, dict) and L.refused(res):
-                takeover = L.judge(res, spec["holder"]["controller"], str(args.get("name") or "sglang"),
-                                   spec.get("ttl"), args.get("state_dir"),
-                                   task_vars.get("inventory_hostname", "the host"))
-                if takeover is not None:
-                    args["operation_lock"] = dict(spec, **takeover)
-                    res = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+                spec = dict(spec, holder=L.holder(task_vars))  # what `execute` sends from here on
+                res = L.run(execute, spec["holder"]["controller"], str(args.get("name") or "sglang"), spec.get("ttl"),
+                            args.get("state_dir"), task_vars.get("inventory_hostname", "the host"))
+            else:
+                res = execute(None)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         return merge_hash(result, res)

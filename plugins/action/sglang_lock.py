@@ -30,14 +30,13 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = dict(self._task.args)
         args["holder"] = L.holder(task_vars)
+
+        def execute(takeover):
+            return self._execute_module(module_name=MODULE, module_args=dict(args, **(takeover or {})),
+                                        task_vars=task_vars)
         try:
-            res = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
-            if L.refused(res):
-                takeover = L.judge(res, args["holder"]["controller"], args["name"], args.get("ttl"),
-                                   args.get("state_dir"), task_vars.get("inventory_hostname", "the host"))
-                if takeover is not None:
-                    res = self._execute_module(module_name=MODULE, module_args=dict(args, **takeover),
-                                               task_vars=task_vars)
+            res = L.run(execute, args["holder"]["controller"], args["name"], args.get("ttl"), args.get("state_dir"),
+                        task_vars.get("inventory_hostname", "the host"))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         result.update(res)

@@ -265,12 +265,7 @@ def operation_lock(req: Request) -> Optional[Dict[str, Any]]:
         return _lock.take(req.state_dir, req.name, holder, takeover=spec.get("takeover"),
                           takeover_reason=spec.get("takeover_reason"), check_mode=bool(spec.get("check_only")))
     except SglangError as exc:
-        details = dict(exc.details)
-        if "path" in details:  # not `path`: Ansible would add that file's attributes to the result
-            details["lock_path"] = details.pop("path")
-        if isinstance(details.get("holder"), dict):
-            details["holder_text"] = _lock.describe_holder(details["holder"], details.get("age"))
-        raise SglangError(exc.msg, **details) from None
+        raise SglangError(exc.msg, **_lock.failure_details(exc.details)) from None
     except OSError as exc:
         where = exc.filename or req.state_dir
         raise SglangError("the operation lock in %s cannot be taken: %s" % (where, exc.strerror or exc),

@@ -355,6 +355,17 @@ def acquire(state_dir: str, name: str, holder: Dict[str, Any], takeover: Optiona
         return {"changed": True, "path": path, "holder": data, "previous": current, "taken_over": why}
 
 
+def failure_details(details: Dict[str, Any]) -> Dict[str, Any]:
+    """A lock failure's details as a module result: `lock_path`, not `path` (Ansible would add
+    that file's attributes to the result), and the holder's line when a holder is named."""
+    out = dict(details)
+    if "path" in out:
+        out["lock_path"] = out.pop("path")
+    if isinstance(out.get("holder"), dict):
+        out["holder_text"] = describe_holder(out["holder"], out.get("age"))
+    return out
+
+
 def take(state_dir: str, name: str, holder: Dict[str, Any], takeover: Optional[str] = None,
          takeover_reason: Optional[str] = None, check_mode: bool = False, diff: bool = False) -> Dict[str, Any]:
     """`acquire` as a result: reason held | taken | taken_over, lock_path, holder and its line

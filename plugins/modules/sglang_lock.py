@@ -219,12 +219,8 @@ def main() -> None:
     try:
         result = _run(module)
     except SglangError as exc:
-        details = dict(exc.details)
+        details = _lock.failure_details(exc.details)
         details.setdefault("reason", "error")
-        if "path" in details:  # not `path`: Ansible would add that file's attributes to the result
-            details["lock_path"] = details.pop("path")
-        if isinstance(details.get("holder"), dict):
-            details["holder_text"] = _lock.describe_holder(details["holder"], details.get("age"))
         _exit.ending(module)
         module.fail_json(msg=exc.msg, **details)
     except OSError as exc:

@@ -7,7 +7,7 @@ the same module call).
 
 Only the controller knows which ansible-playbook process runs the play, and only the
 controller can tell whether the process named in a left-over lock is still alive. `holder`
-is that identity for the module's arguments; `acquire` runs the module and, when it refuses
+is that identity for the module's arguments; `run` calls the module and, when it refuses
 because of a recorded holder, judges the holder here: provably gone (same controller, pid dead
 or reused, controller rebooted) -> a second module call takes the lock over (compare-and-swap
 on its token); alive -> refused; another controller -> refused with holder and age until `ttl`.
@@ -24,8 +24,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _lock
 
 LOCK_MODULE = "llmops.sglang.sglang_lock"
 
-# (module arguments) -> module result
-Execute = Callable[[Dict[str, Any]], Dict[str, Any]]
+# (None, or the takeover arguments of a holder judged gone) -> the module's result
+Execute = Callable[[Optional[Dict[str, str]]], Dict[str, Any]]
 
 
 def _controller_pid() -> int:
@@ -84,3 +84,15 @@ def judge(res: Dict[str, Any], me: Mapping[str, Any], name: str, ttl: Any, state
         res.update(verdict=verdict, msg=_refusal(name, host, res, verdict, why, seconds, state_dir))
         return None
     return {"takeover": _lock.lock_id(current), "takeover_reason": reason}
+
+
+def run(execute: Execute, me: Mapping[str, Any], name: str, ttl: Any, state_dir: Optional[str],
+        host: str) -> Dict[str, Any]:
+    """The module's call (`execute(None)`); when it refuses because of a holder this controller
+    judges gone, once more with the takeover (`execute(takeover)`)."""
+    res = execute(None)
+    if refused(res):
+        takeover = judge(res, me, name, ttl, state_dir, host)
+        if takeover is not None:
+            res = execute(takeover)
+    return res
