@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 from sglang.srt.emulator_control import (
     crash_after_seconds,
@@ -136,9 +136,10 @@ class Handler(BaseHTTPRequestHandler):
             stream=sys.stdout,
         )
 
-    def _send_events(self, events: Iterable[Event]) -> None:
+    def _send_events(self, events: Iterable[Event], finished: Callable[[], None]) -> None:
         """A server-sent event stream as uvicorn sends a StreamingResponse: chunked, one
-        `data: {json}` event per chunk, `data: [DONE]` last. A client that goes away ends it."""
+        `data: {json}` event per chunk, `data: [DONE]` last. A client that goes away ends it.
+        `finished` runs after the last token, before `[DONE]` goes out."""
         self.send_response_only(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("transfer-encoding", "chunked")
@@ -152,6 +153,7 @@ class Handler(BaseHTTPRequestHandler):
                 if delay:
                     time.sleep(delay)
                 yield b"data: " + json.dumps(payload).encode() + b"\n\n"
+            finished()
             yield b"data: [DONE]\n\n"
 
         try:
@@ -163,21 +165,36 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client disconnected: sglang aborts the request
 
-    def _generation(self, stream: bool, events: Iterable[Event], seconds: float, body: Any) -> None:
-        """One generation request, counted as running from its start to its last byte."""
+    def _running(self) -> Callable[[], None]:
+        """Count one generation as running; the returned callable ends it (once)."""
         with self.state.lock:
             self.state.running += 1
+        ended = threading.Event()
+
+        def end() -> None:
+            with self.state.lock:
+                if not ended.is_set():
+                    ended.set()
+                    self.state.running -= 1
+        return end
+
+    def _generation(self, stream: bool, events: Iterable[Event], seconds: float, body: Any) -> None:
+        """One generation request, counted as running until its last token. Real sglang frees
+        the request in the scheduler before the last chunk reaches the client, so a client
+        that has the whole response never sees it counted in /get_load."""
+        end = self._running()
         try:
             self.state.dump_hidden_states()
             if stream:
-                self._send_events(events)
+                self._send_events(events, end)
                 return
             if seconds:
                 time.sleep(seconds)
-            self._send(200, body() if callable(body) else body)
+            payload = body() if callable(body) else body
+            end()
+            self._send(200, payload)
         finally:
-            with self.state.lock:
-                self.state.running -= 1
+            end()
 
     def _body(self) -> Dict[str, Any]:
         length = int(self.headers.get("content-length") or 0)
