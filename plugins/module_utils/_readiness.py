@@ -7,8 +7,11 @@ A launch that is starting is ready only when every proof holds:
    and address, or a wildcard) belongs to this instance;
 4. /server_info reports the expected configuration;
 5. the requested health endpoint answers 200;
-and then keeps holding for the settle window (process alive, port still this instance's). When
-asked (`work`), the server proves inside that window that it does its job (_workproof: one
+and then keeps holding until the settle window ends (process alive, port still this instance's).
+A starting launch's window counts from the poll that first saw its log say it is up (the ready
+line, and the Uvicorn line): it has been alive since, so the time the proofs take is inside the
+window, not added after it; a re-check of a running server counts from when the proofs held.
+When asked (`work`), the server proves inside that window that it does its job (_workproof: one
 generation that must write a dump, or a chat answer that must carry reasoning): the request's
 time overlaps the settle window instead of adding a module call after it.
 
@@ -131,6 +134,10 @@ class Readiness:
         self._next_stale = 0.0
         self._proven_at: Optional[float] = None  # clock() when every proof first held
         self._proven_since_launch: Optional[float] = None
+        # clock() when a starting launch's log first said it is up (ready line, Uvicorn line):
+        # its settle window counts from there, so the proofs' own time is inside the window
+        self._up_at: Optional[float] = None
+        self._up_since_launch: Optional[float] = None
         self._listening = False  # a listener of ours was seen when the proofs held
         self._lost_note = ""  # why the proofs stopped holding inside the settle window
         self._work: Optional[_workproof.WorkResult] = None  # once per wait, when the proofs first hold
@@ -178,6 +185,7 @@ class Readiness:
             "already_running": self.mode == RUNNING,
             "settle": self.opts.settle,
             "proven_at": self._proven_since_launch,
+            "settle_from": self._window_since_launch(),
             "work": self._work.to_dict() if self._work else None,
             "decisive_lines": [] if ready else self.log.decisive_lines(),
             "log_tail": [] if ready else self.log.tail(),
@@ -428,7 +436,8 @@ class Readiness:
 
     # -- the settle window -----------------------------------------------------------------
     def _proven(self) -> Optional[Outcome]:
-        """Every proof holds now; ready once they have held for the settle window."""
+        """Every proof holds now; ready when the settle window (_window_start) has ended with
+        the process alive and the port still ours."""
         self._proven_at = self.clock()
         self._proven_since_launch = round(self._now_epoch() - self.launched_at, 3)
         if self.rank == 0:
@@ -455,21 +464,36 @@ class Readiness:
             return self._on_dead()
         return self._outcome(False, "work_failed", self._work.msg)
 
+    def _window_start(self) -> Optional[float]:
+        """clock() at which the settle window began: when a starting launch's log said it is up
+        (it has been alive since), else when every proof held (a re-check of a running server)."""
+        if self._proven_at is None:
+            return None
+        return self._up_at if self._up_at is not None else self._proven_at
+
+    def _window_since_launch(self) -> Optional[float]:
+        if self._proven_at is None:
+            return None
+        return self._up_since_launch if self._up_at is not None else self._proven_since_launch
+
     def _lost_port(self, why: str) -> None:
-        """The port is no longer this launch's: the proofs do not hold; wait for them again."""
+        """The port is no longer this launch's: the proofs do not hold; wait for them again (the
+        settle window then counts from the new attempt)."""
         self._proven_at = None
         self._proven_since_launch = None
+        self._up_at = None
+        self._up_since_launch = None
         self._lost_note = " (%s)" % why
         self.waiting_for = "a listener of this launch on port %s%s" % (self.inst.port, self._lost_note)
 
-    def _settle_step(self, proven_at: float) -> Optional[Outcome]:
-        """Inside the settle window that began at `proven_at` (the process is alive: checked by
-        the caller)."""
+    def _settle_step(self, window_start: float) -> Optional[Outcome]:
+        """Inside the settle window that began at `window_start` (the process is alive: checked
+        by the caller)."""
         port = self.inst.port
         if port and self._listening and not _ports.has_listener(port):
             self._lost_port("released during the settle window")
             return None
-        if self.clock() - proven_at < self.opts.settle:
+        if self.clock() - window_start < self.opts.settle:
             return None
         if port and self._listening:
             self.owners = self._port_owners()
@@ -482,7 +506,10 @@ class Readiness:
         return self._ready()
 
     def _ready(self) -> Outcome:
-        settle = ("; held for the %.1f s settle window" % self.opts.settle) if self.opts.settle > 0 else ""
+        settle = ""
+        if self.opts.settle > 0:
+            settle = "; held for the %.1f s settle window%s" % (
+                self.opts.settle, " since its ready line" if self._up_at is not None else "")
         if self._work is not None:
             settle += "; proof of work: %s" % self._work.msg
         if self.rank >= 1:
@@ -509,22 +536,27 @@ class Readiness:
                                  "from this launch's log" % self.inst.log_path)
         if not self._alive():
             return self._on_dead()
-        if self._proven_at is not None:
-            return self._settle_step(self._proven_at)
+        window_start = self._window_start()
+        if window_start is not None:
+            return self._settle_step(window_start)
         if self.mode == STARTING and self.log.decisive:
             return self._on_fatal()
         stale = self._watch_port() if self.mode == STARTING else None
         if stale is not None:
             return stale
         if self._log_conditions():
+            if self.mode == STARTING and self._up_at is None:
+                self._up_at = self.clock()
+                self._up_since_launch = round(self._now_epoch() - self.launched_at, 3)
             return self._verify()
         return None
 
     def _deadline(self) -> float:
         """The timeout; a settle window that began before it is allowed to finish."""
         deadline = self.started + self.opts.timeout
-        if self._proven_at is not None:
-            deadline = max(deadline, self._proven_at + self.opts.settle)
+        window_start = self._window_start()
+        if window_start is not None:
+            deadline = max(deadline, window_start + self.opts.settle)
         return deadline
 
     def run(self, slice_seconds: Optional[float] = None) -> Optional[Outcome]:
@@ -585,6 +617,7 @@ class Readiness:
             "waiting_for": clean(self.waiting_for), "next_verify": self._next_verify,
             "next_stale": self._next_stale, "proven_at": self._proven_at,
             "proven_since_launch": self._proven_since_launch, "listening": self._listening,
+            "up_at": self._up_at, "up_since_launch": self._up_since_launch,
             "lost_note": self._lost_note,
             "info": None if self.info is None else {"version": self.info.get("version")},
             "info_endpoint": self.info_endpoint, "matched": _redact.redact_deep(self.matched, self.secrets),
@@ -626,6 +659,7 @@ class Readiness:
         waiter.waiting_for = state["waiting_for"]
         waiter._next_verify, waiter._next_stale = state["next_verify"], state["next_stale"]
         waiter._proven_at, waiter._proven_since_launch = state["proven_at"], state["proven_since_launch"]
+        waiter._up_at, waiter._up_since_launch = state.get("up_at"), state.get("up_since_launch")
         waiter._listening, waiter._lost_note = bool(state["listening"]), state["lost_note"]
         waiter.info, waiter.info_endpoint = state["info"], state["info_endpoint"]
         waiter.matched, waiter.health_status = dict(state["matched"] or {}), state["health_status"]

@@ -26,9 +26,11 @@ description:
   - C(/server_info) (or the deprecated C(/get_server_info)) reports the expected fields
     (compared normalised - V(8) equals V("8"), trailing slashes in paths are ignored).
   - The requested health endpoint answers 200.
-  - Then readiness must hold for the O(settle) window (process alive, port still this
-    launch's). A death inside the window is reported like a crash, with its decisive lines.
-    The verdict comes O(settle) seconds after the proofs held (RV(proven_at)).
+  - Then readiness must hold until the O(settle) window ends (process alive, port still this
+    launch's). A starting launch's window counts from the poll that first saw its ready line
+    (RV(settle_from)), so the time the proofs take is inside it; a re-check of a running
+    server's counts from the proofs (RV(proven_at)). A death inside the window is reported like
+    a crash, with its decisive lines.
   - Fails fast, with a RV(reason) code and the decisive log lines (a traceback from C(Traceback)
     to the exception line, capped at about 40 lines, secrets redacted) when the launch exits,
     prints a fatal line inside a traceback of its start, loses its port to another process, or
@@ -135,12 +137,16 @@ options:
     default: []
   settle:
     description:
-      - Seconds that readiness must keep holding after every proof held - the launched process
-        alive and the port still owned by this launch - before the module answers ready.
+      - Seconds that readiness must hold - the launched process alive and the port still owned
+        by this launch, every proof held at least once and the port's owners checked again at
+        the end - before the module answers ready.
+      - A starting launch's window begins at the poll that first saw its ready line (it has
+        been alive since): the proofs' own time is inside the window. A re-check of a server
+        that was already running begins it when the proofs held. A lost port starts it again.
       - A death inside the window is reported like a crash (RV(reason=fatal_log) or
         RV(reason=exited)) with its decisive lines.
-      - This time comes on top of the time to the proofs and may run past O(timeout) by at most
-        its own length. V(0) answers at the moment the proofs hold.
+      - May run past O(timeout) by at most its own length. V(0) answers at the moment the
+        proofs hold.
       - Must be between 0 and 600.
     type: float
     default: 2.0
@@ -433,11 +439,19 @@ settle:
   sample: 2.0
 proven_at:
   description: >-
-    Seconds since the launch at which every proof first held (the ready verdict follows the
-    settle window later); null when they never held.
+    Seconds since the launch at which every proof first held (the ready verdict follows when
+    the settle window ends); null when they never held.
   returned: always
   type: float
   sample: 4.21
+settle_from:
+  description: >-
+    Seconds since the launch at which the settle window began: the poll that first saw a
+    starting launch's ready line, or RV(proven_at) for a re-check; null when the proofs never
+    held.
+  returned: always
+  type: float
+  sample: 4.02
 work:
   description: >-
     The proof of work (O(work)) - C(ok), C(kind), C(msg), C(status) (the request's HTTP

@@ -538,6 +538,50 @@ def test_ready_holds_for_the_settle_window(tmp_path, spawn):
     assert out.details["settle"] == 0.5 and out.details["proven_at"] is not None
 
 
+SLOW_INFO_SERVER = r'''
+import http.server, sys, time
+port, delay = int(sys.argv[1]), float(sys.argv[2])
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/server_info":
+            time.sleep(delay)  # a slow proof: the settle window's clock runs meanwhile
+        body = b'{"version": "0.5.23"}' if self.path == "/server_info" else b""
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+
+time.sleep(0.3)  # bound after the wait began: a starting launch, not a re-check
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+def test_the_settle_window_of_a_starting_launch_counts_from_its_ready_line(tmp_path, spawn):
+    """The proofs' own time is inside the window: a launch alive since its ready line is not
+    held for the whole window again once the (slow) proofs are done."""
+    port = free_port()
+    log = str(tmp_path / "l.log")
+    proc = spawn.start([sys.executable, "-c", SLOW_INFO_SERVER, str(port), "1.2"])
+    rec = _record(proc, log, port=port)
+    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    out = _readiness.wait_ready(rec, _opts(settle=1.0, timeout=10))
+    assert out.ready and out.details["already_running"] is False, out.msg
+    assert "settle window since its ready line" in out.msg
+    d = out.details
+    assert d["settle_from"] < d["proven_at"] - 1.0  # the window began before /server_info answered
+    assert d["since_launch"] - d["settle_from"] >= 1.0  # and lasted its full length
+    assert d["since_launch"] - d["proven_at"] < 1.0  # not a second full window after the proofs
+
+
+def test_a_re_check_counts_its_settle_window_from_the_proofs(tmp_path, spawn):
+    proc, port, log = _http_launch(spawn, tmp_path, {"version": "0.5.23"})
+    out = _readiness.wait_ready(_record(proc, log, port=port), _opts(settle=0.5))
+    assert out.ready and out.details["already_running"] is True
+    assert out.details["settle_from"] == out.details["proven_at"]
+    assert out.details["since_launch"] - out.details["proven_at"] >= 0.5
+
+
 CLOSING_SERVER = r'''
 import http.server, sys, threading, time
 port = int(sys.argv[1])
