@@ -102,7 +102,7 @@ def _pair(state_dir: str, port: int, tree: Optional[str]) -> Dict[str, Any]:
 
 def run(quick: bool = False, baseline: Optional[str] = None, sizes: Optional[List[int]] = None,
         runs: Optional[int] = None, introspection: bool = True) -> Dict[str, Any]:
-    runs = runs or (1 if quick else 3)
+    runs = runs or (1 if quick else 5)
     sizes = sizes if sizes is not None else ([0, 200, 2000] if quick else [0, 200, 2000, 5000])
     state_dir = C.mkdir("probe", "state")
     port = C.free_port()
@@ -252,7 +252,7 @@ def comparison(data: Dict[str, Any]) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--quick", action="store_true", help="+0/+200/+2000, one run each")
-    parser.add_argument("--runs", type=int, help="runs per size (default 3, --quick 1)")
+    parser.add_argument("--runs", type=int, help="runs per size (default 5, --quick 1)")
     parser.add_argument("--sizes", help="comma list of extra process counts (default 0,200,2000,5000)")
     parser.add_argument("--baseline", help="another checkout (its collections/ dir is used) measured alongside")
     parser.add_argument("--no-introspection", action="store_true", help="skip the cached-introspection runs")

@@ -150,7 +150,7 @@ def instance(label: str) -> Dict[str, Any]:
 
 
 def run(quick: bool = False) -> Dict[str, Any]:
-    rounds = 2 if quick else 4
+    rounds = 2 if quick else 6  # six interleaved rounds: OLD alone varies by half between runs
     os.makedirs(C.SHM_ROOT, exist_ok=True)  # the dump dirs' parent (the roles run df on it)
     inventory = write_inventory(C.path("restart", "inventory.json"))
     old = old_checkout(BASELINE)

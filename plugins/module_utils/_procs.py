@@ -10,7 +10,11 @@ A table row reads only the command line when it is listed (what decides whether 
 be sglang at all) and the rest on first use, each field on its own: state, name, the parent
 (psutil's ppid(), which also checks the pid against reuse), group and session, uid, start time,
 the kernel-thread flag. The probe and the launcher need those for a handful of processes out of thousands; a full
-psutil row for every process cost three reads of /proc/PID/stat each.
+psutil row for every process cost three reads of /proc/PID/stat each. Even the psutil.Process
+of a listed row is made on first use (its creation reads /proc/PID/stat for the identity: 60 %
+of a table pass): the row's identity is then fixed, after checking that the pid still runs the
+command line it was listed with; a row whose pid has exited, or runs another command line, by
+then reads as gone.
 
 Read from /proc by hand only what psutil has no API for, each said where it is done: the PID
 namespace and the raw fd links (device files, sockets, every holder).
@@ -93,18 +97,21 @@ class Proc:
 
 class _Row(Proc):
     """A process as psutil listed it: the command line from the listing, the other fields read
-    on first use through the psutil handle taken with the row. Its creation time was fixed when
-    it was listed, so `start_time` is the listed process's even if the pid has been reused since;
-    the parent comes from psutil's ppid(), which checks the pid against reuse. A row
-    whose process has exited (or whose pid was reused) since the listing reads state X (gone),
-    uid -1, group and session 0. Signals never trust a row: they go through pidfds checked
-    against `start_time` (_pidfd)."""
+    on first use through the row's psutil handle (given, or made on first use by _identify,
+    which checks the pid still runs the listed command line). Its creation time is fixed with
+    the handle, so `start_time` stays that process's even if the pid is reused later; the
+    parent comes from psutil's ppid(), which checks the pid against reuse. A row whose process
+    has exited (or whose pid was reused) reads state X (gone), uid -1, group and session 0, and
+    start time 0.0 when it was never identified. Signals never trust a row: they go through
+    pidfds checked against `start_time` (_pidfd)."""
 
     # The dataclass __init__ would assign the lazy fields: this one sets the listed ones only.
     # pylint: disable=super-init-not-called
-    def __init__(self, handle: Any, cmdline: List[str], info: Optional[Dict[str, Any]] = None) -> None:
-        self._handle = handle
-        self.pid, self.cmdline = handle.pid, cmdline
+    def __init__(self, handle: Any, cmdline: List[str], info: Optional[Dict[str, Any]] = None,
+                 pid: Optional[int] = None) -> None:
+        self._handle_obj = handle  # None: made on first use (_handle), for `pid`
+        self.pid = handle.pid if handle is not None else int(pid or 0)
+        self.cmdline = cmdline
         self._ppid: Optional[int] = None
         self._comm: Optional[str] = None
         self._state: Optional[str] = None
@@ -115,6 +122,13 @@ class _Row(Proc):
         self._kthread: Optional[bool] = None
         if info is not None:
             self._set_stat(info)
+
+    @property
+    def _handle(self) -> Any:
+        """The psutil handle, made on first use for a row listed without one (_identify)."""
+        if self._handle_obj is None:
+            self._handle_obj = _identify(self.pid, self.cmdline)
+        return self._handle_obj
 
     def _set_stat(self, info: Dict[str, Any]) -> None:
         if "ppid" in info:
@@ -222,7 +236,11 @@ class _Row(Proc):
     @property  # type: ignore[override]
     def start_time(self) -> float:
         if self._start is None:
-            self._start = round(self._handle.create_time(), 2)
+            try:
+                self._start = round(self._handle.create_time(), 2)
+            except psutil.Error:   # gone before it was identified: matches no live process
+                self._start = 0.0
+                self._mark_gone()
         return self._start
 
     @start_time.setter
@@ -264,18 +282,56 @@ def _row(handle: Any, info: Dict[str, Any]) -> Optional[Proc]:
     return row
 
 
-def _listed(handle: Any) -> Optional[Proc]:
-    """A table row with the command line only ([] for a zombie or one not readable); None when
-    the process is gone."""
+def _cmdline_of(reader: Any) -> Optional[List[str]]:
+    """reader.cmdline() as a row holds it ([] for a zombie or one not readable); None when the
+    process is gone."""
     try:
-        cmdline = _argv(handle.cmdline())
+        return _argv(reader.cmdline())
     except psutil.ZombieProcess:
-        cmdline = []
+        return []
     except psutil.NoSuchProcess:
         return None
     except psutil.AccessDenied:
-        cmdline = []
-    return _Row(handle, cmdline)
+        return []
+
+
+class _Gone:
+    """The handle of a row whose process exited, or whose pid runs another command line, before
+    the row was identified: every read raises NoSuchProcess, as psutil's own does for an exited
+    process."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def is_running(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):   # copy, pickle and friends probe for these: not a read
+            raise AttributeError(name)
+
+        def gone(*_args: Any, **_kwargs: Any) -> Any:
+            raise psutil.NoSuchProcess(self.pid)
+        return gone
+
+
+def _identify(pid: int, listed: List[str]) -> Any:
+    """The psutil handle of a row listed without one: psutil.Process fixes the identity (creation
+    time) now; it is the listed process only if it still runs the listed command line."""
+    lib = require()
+    try:
+        handle = lib.Process(pid)
+    except (lib.Error, ValueError):
+        return _Gone(pid)
+    return handle if _cmdline_of(handle) == listed else _Gone(pid)
+
+
+def _cmdline_reader(lib: Any) -> Any:
+    """What reads one pid's command line without making a psutil.Process (whose creation reads
+    /proc/PID/stat first): psutil's own platform reader, the parser psutil.Process.cmdline()
+    uses; psutil.Process where a psutil lacks it."""
+    platform = getattr(getattr(lib, "_psplatform", None), "Process", None)
+    return platform if callable(platform) else lib.Process
 
 
 def _fresh_iter(attrs: Optional[List[str]]) -> Iterator[Any]:
@@ -318,19 +374,19 @@ def pids() -> Iterator[int]:
 
 
 def snapshot() -> Dict[int, Proc]:
-    """All processes visible now, keyed by pid (ascending). A psutil.Process per pid of
-    psutil.pids(): what process_iter does, without its cache, which each pass here would clear
-    anyway (_fresh_iter) and whose bookkeeping costs ~5 % of a pass."""
+    """All processes visible now, keyed by pid (ascending): each pid of psutil.pids() with its
+    command line, read by psutil's parser; the psutil.Process (the identity) is made when a
+    field other than the command line is first read (_identify)."""
     lib = require()
+    reader = _cmdline_reader(lib)
     out: Dict[int, Proc] = {}
     for pid in sorted(lib.pids()):
         try:
-            handle = lib.Process(pid)
-        except lib.NoSuchProcess:   # exited since the listing (a zombie is still listed)
+            cmdline = _cmdline_of(reader(pid))
+        except (lib.Error, ValueError):   # exited since the listing
             continue
-        proc = _listed(handle)
-        if proc is not None:
-            out[pid] = proc
+        if cmdline is not None:
+            out[pid] = _Row(None, cmdline, pid=pid)
     return out
 
 
@@ -433,7 +489,7 @@ def own_pid_namespace() -> Optional[str]:
 
 
 def handle_of(proc: Proc) -> Any:
-    """The psutil handle a table row was listed with (no new lookup), else a new one; raises
+    """The psutil handle of a table row (made once per row), else a new one; its reads raise
     psutil.NoSuchProcess when the process is gone."""
     handle = getattr(proc, "_handle", None)
     return handle if handle is not None else require().Process(proc.pid)
@@ -493,7 +549,7 @@ def subtree_map(roots: Iterable[int], procs: Dict[int, Proc]) -> Dict[int, List[
     roots = [r for r in roots if r in procs]
     if not roots:
         return {}
-    if any(getattr(procs[r], "_handle", None) is None for r in roots):
+    if any(not isinstance(procs[r], _Row) for r in roots):
         return children_map(procs)
     below: Set[int] = set(roots)
     stack = list(roots)

@@ -141,7 +141,7 @@ options:
         by this launch, every proof held at least once and the port's owners checked again at
         the end - before the module answers ready.
       - A starting launch's window begins at the poll that first saw its ready line (it has
-        been alive since): the proofs' own time is inside the window. A re-check of a server
+        been alive since), so the proofs' own time is inside the window. A re-check of a server
         that was already running begins it when the proofs held. A lost port starts it again.
       - A death inside the window is reported like a crash (RV(reason=fatal_log) or
         RV(reason=exited)) with its decisive lines.

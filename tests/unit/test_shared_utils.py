@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _ports, _procs, _redact, _record, _shm
@@ -70,19 +71,43 @@ def test_argv_drops_only_trailing_blanks():
     assert _procs._argv(None) == [] and _procs._argv([]) == []
 
 
-def test_row_identity_is_fixed_when_listed():
-    # start_time is the listed process's creation time even when read after it exited; its uid
-    # can no longer be read: -1 and state X (gone).
+def test_row_identity_is_fixed_at_first_use():
+    # The identity (creation time) is taken when a field is first read, and kept: read after
+    # the process exited, start_time is still that process's; its uid can no longer be read:
+    # -1 and state X (gone).
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         row = _procs.snapshot()[child.pid]
         expected = _procs.start_time_of(child.pid)
+        assert expected is not None and row.start_time == expected
     finally:
         child.kill()
         child.wait()
-    assert expected is not None and row.start_time == expected
+    assert row.start_time == expected
     assert row.uid == -1 and row.state == "X" and row.is_zombie and row.user == "?"
     assert _procs.start_time_of(child.pid) is None and not _procs.is_alive(child.pid)
+
+
+def test_a_row_gone_before_first_use_matches_no_process():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        row = _procs.snapshot()[child.pid]
+    finally:
+        child.kill()
+        child.wait()
+    assert row.start_time == 0.0 and row.state == "X" and row.ppid == 0 and row.uid == -1
+    assert _procs.environ_of(row) is None
+
+
+def test_a_pid_running_another_command_line_is_not_the_listed_process():
+    # what a reused pid looks like when the row is first used: the pid runs something else
+    row = _procs._Row(None, ["/usr/bin/not-what-runs-there"], pid=os.getpid())
+    assert row.state == "X" and row.start_time == 0.0 and row.uid == -1
+    assert _procs.environ_of(row) is None
+    with pytest.raises(psutil.NoSuchProcess):
+        _procs.handle_of(row).children()
+    same = _procs._Row(None, _procs._argv(psutil.Process().cmdline()), pid=os.getpid())
+    assert same.state != "X" and same.start_time == round(psutil.Process().create_time(), 2)
 
 
 def test_kernel_threads_carry_the_flag():
