@@ -373,13 +373,24 @@ def pids() -> Iterator[int]:
     return iter(require().pids())
 
 
-def snapshot() -> Dict[int, Proc]:
-    """All processes visible now, keyed by pid (ascending): each pid of psutil.pids() with its
-    command line, read by psutil's parser; the psutil.Process (the identity) is made when a
-    field other than the command line is first read (_identify)."""
+def snapshot(lazy: bool = True) -> Dict[int, Proc]:
+    """All processes visible now, keyed by pid (ascending), each with its command line read by
+    psutil's parser. `lazy`: the psutil.Process (the identity) is made when a field other than
+    the command line is first read (_identify), for callers that read more of a few rows; else
+    with the row, for callers that read every row (a teardown's attribution reads each uid)."""
     lib = require()
-    reader = _cmdline_reader(lib)
     out: Dict[int, Proc] = {}
+    if not lazy:
+        for pid in sorted(lib.pids()):
+            try:
+                handle = lib.Process(pid)
+            except lib.NoSuchProcess:   # exited since the listing (a zombie is still listed)
+                continue
+            cmdline = _cmdline_of(handle)
+            if cmdline is not None:
+                out[pid] = _Row(handle, cmdline)
+        return out
+    reader = _cmdline_reader(lib)
     for pid in sorted(lib.pids()):
         try:
             cmdline = _cmdline_of(reader(pid))

@@ -216,7 +216,7 @@ class World:
 
     @classmethod
     def capture(cls, scope: Scope, gpu_backend: str = "auto") -> "World":
-        procs = _procs.snapshot()
+        procs = _procs.snapshot(lazy=False)  # attribution reads every row's uid
         want_gpus = scope.gpus is None or bool(scope.gpus)
         report = _gpus.query_gpus(gpu_backend) if want_gpus else _gpus.GpuReport("none", [], "gpus: []")
         # The fuser view is only informative; skip its /proc walk when GPUs are not managed.
