@@ -12,9 +12,10 @@ be sglang at all) and the rest on first use, each field on its own: state, name,
 the kernel-thread flag. The probe and the launcher need those for a handful of processes out of thousands; a full
 psutil row for every process cost three reads of /proc/PID/stat each. Even the psutil.Process
 of a listed row is made on first use (its creation reads /proc/PID/stat for the identity: 60 %
-of a table pass): the row's identity is then fixed, after checking that the pid still runs the
-command line it was listed with; a row whose pid has exited, or runs another command line, by
-then reads as gone.
+of a table pass): the row's identity is then fixed, after checking that the process the pid
+names now is the listed one - it started before its command line was read (so it held the pid
+then), or, for one started in the same clock tick, still runs that command line. A row whose
+pid has exited, or names a later process, by then reads as gone.
 
 Read from /proc by hand only what psutil has no API for, each said where it is done: the PID
 namespace and the raw fd links (device files, sockets, every holder).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
@@ -43,6 +45,8 @@ MARKER_STATE_DIR = "LLMOPS_SGLANG_STATE_DIR"
 
 # psutil's reader of every process's parent in one pass (behind Process.children()); private.
 _ONE_PASS_PARENTS = "_ppid_map"
+# One clock tick (start times in /proc/PID/stat count them), plus float slack.
+_TICK = 1.0 / os.sysconf("SC_CLK_TCK") + 0.001
 # A full row, for a single process (read_proc, children_of).
 _ATTRS = ["ppid", "name", "status", "cmdline"]
 # psutil's status names -> the state letters of ps(1) and /proc/PID/stat, which callers compare.
@@ -108,10 +112,11 @@ class _Row(Proc):
     # The dataclass __init__ would assign the lazy fields: this one sets the listed ones only.
     # pylint: disable=super-init-not-called
     def __init__(self, handle: Any, cmdline: List[str], info: Optional[Dict[str, Any]] = None,
-                 pid: Optional[int] = None) -> None:
+                 pid: Optional[int] = None, read_at: Optional[float] = None) -> None:
         self._handle_obj = handle  # None: made on first use (_handle), for `pid`
         self.pid = handle.pid if handle is not None else int(pid or 0)
         self.cmdline = cmdline
+        self._read_at = read_at  # CLOCK_BOOTTIME just before the listing read the command line
         self._ppid: Optional[int] = None
         self._comm: Optional[str] = None
         self._state: Optional[str] = None
@@ -127,7 +132,7 @@ class _Row(Proc):
     def _handle(self) -> Any:
         """The psutil handle, made on first use for a row listed without one (_identify)."""
         if self._handle_obj is None:
-            self._handle_obj = _identify(self.pid, self.cmdline)
+            self._handle_obj = _identify(self.pid, self.cmdline, self._read_at)
         return self._handle_obj
 
     def _set_stat(self, info: Dict[str, Any]) -> None:
@@ -315,15 +320,28 @@ class _Gone:
         return gone
 
 
-def _identify(pid: int, listed: List[str]) -> Any:
-    """The psutil handle of a row listed without one: psutil.Process fixes the identity (creation
-    time) now; it is the listed process only if it still runs the listed command line."""
+def _identify(pid: int, listed: List[str], read_at: Optional[float] = None) -> Any:
+    """The psutil handle of a row listed without one; psutil.Process fixes the identity
+    (creation time) now. It is the listed process if it started before the listing read its
+    command line (`read_at`, CLOCK_BOOTTIME): alive then and now, it held the pid at that read,
+    whatever it has exec'd or retitled itself to since. One started in the same clock tick (or
+    without `read_at`) must still run the listed command line, or have been listed without one
+    (read in the middle of its exec, or not readable: nothing to contradict). Else the pid
+    names a later process: the row is gone."""
     lib = require()
     try:
         handle = lib.Process(pid)
+        started = handle.create_time() - lib.boot_time()   # = start ticks / CLK_TCK, since boot
     except (lib.Error, ValueError):
         return _Gone(pid)
-    return handle if _cmdline_of(handle) == listed else _Gone(pid)
+    if read_at is not None and started + _TICK < read_at:
+        return handle
+    return handle if not listed or _cmdline_of(handle) == listed else _Gone(pid)
+
+
+def _boottime() -> float:
+    """Seconds since boot, the clock of a process's start time in /proc/PID/stat."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def _cmdline_reader(lib: Any) -> Any:
@@ -392,12 +410,13 @@ def snapshot(lazy: bool = True) -> Dict[int, Proc]:
         return out
     reader = _cmdline_reader(lib)
     for pid in sorted(lib.pids()):
+        read_at = _boottime()
         try:
             cmdline = _cmdline_of(reader(pid))
         except (lib.Error, ValueError):   # exited since the listing
             continue
         if cmdline is not None:
-            out[pid] = _Row(None, cmdline, pid=pid)
+            out[pid] = _Row(None, cmdline, pid=pid, read_at=read_at)
     return out
 
 

@@ -141,8 +141,11 @@ options:
         by this launch, every proof held at least once and the port's owners checked again at
         the end - before the module answers ready.
       - A starting launch's window begins at the poll that first saw its ready line (it has
-        been alive since), so the proofs' own time is inside the window. A re-check of a server
-        that was already running begins it when the proofs held. A lost port starts it again.
+        been alive since), so the proofs' own time is inside the window; proofs that take
+        longer than the window get the verdict as soon as they hold, after a last check that
+        the process is alive and the port still its own. A re-check of a server that was
+        already running, a launch without a ready line in its log (O(require_ready_line=false)),
+        and a launch that lost its port begin it when the proofs held.
       - A death inside the window is reported like a crash (RV(reason=fatal_log) or
         RV(reason=exited)) with its decisive lines.
       - May run past O(timeout) by at most its own length. V(0) answers at the moment the

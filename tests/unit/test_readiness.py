@@ -539,13 +539,16 @@ def test_ready_holds_for_the_settle_window(tmp_path, spawn):
 
 
 SLOW_INFO_SERVER = r'''
-import http.server, sys, time
+import http.server, os, sys, time
 port, delay = int(sys.argv[1]), float(sys.argv[2])
+flag = sys.argv[3] if len(sys.argv) > 3 else None
 
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/server_info":
             time.sleep(delay)  # a slow proof: the settle window's clock runs meanwhile
+            if flag:
+                open(flag, "w").close()
         body = b'{"version": "0.5.23"}' if self.path == "/server_info" else b""
         self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
         self.wfile.write(body)
@@ -572,6 +575,75 @@ def test_the_settle_window_of_a_starting_launch_counts_from_its_ready_line(tmp_p
     assert d["settle_from"] < d["proven_at"] - 1.0  # the window began before /server_info answered
     assert d["since_launch"] - d["settle_from"] >= 1.0  # and lasted its full length
     assert d["since_launch"] - d["proven_at"] < 1.0  # not a second full window after the proofs
+
+
+def test_proofs_that_end_after_the_timeout_still_get_the_verdict(tmp_path, spawn):
+    """The proofs held after the timeout, and the window (from the ready line) had ended by
+    then: the end-of-window check runs at once instead of the timeout."""
+    port = free_port()
+    log = str(tmp_path / "l.log")
+    flag = str(tmp_path / "info-answered")
+    proc = spawn.start([sys.executable, "-c", SLOW_INFO_SERVER, str(port), "0", flag])
+    rec = _record(proc, log, port=port)
+    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+
+    def clock():  # /server_info answering took the wait 20 s past its timeout (a stalled host)
+        return time.monotonic() + (20.0 if os.path.exists(flag) else 0.0)
+    out = _readiness.wait_ready(rec, _opts(settle=1.0, timeout=10), clock=clock)
+    assert out.ready and out.reason == "ready", out.msg
+    assert out.details["elapsed"] > 20
+
+
+def test_without_a_ready_line_the_settle_window_counts_from_the_proofs(tmp_path, spawn):
+    port = free_port()
+    log = str(tmp_path / "l.log")
+    proc = spawn.start([sys.executable, "-c", SLOW_INFO_SERVER, str(port), "0"])
+    rec = _record(proc, log, port=port)
+    _write(log, [line % port if "%d" in line else line for line in STARTUP])  # no ready line
+    out = _readiness.wait_ready(rec, _opts(settle=0.5, timeout=10, require_ready_line=False))
+    assert out.ready and out.details["already_running"] is False, out.msg
+    assert "since its ready line" not in out.msg
+    d = out.details
+    assert d["settle_from"] == d["proven_at"] and d["since_launch"] - d["proven_at"] >= 0.5
+
+
+REBINDING_SERVER = r'''
+import http.server, socket, sys, threading, time
+port = int(sys.argv[1])
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"version": "0.5.23"}' if self.path == "/server_info" else b""
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+        if self.path == "/health" and not done.is_set():
+            done.set()
+            threading.Thread(target=lambda: (time.sleep(0.1), server.socket.close()), daemon=True).start()
+    def log_message(self, *a):
+        pass
+
+done = threading.Event()
+time.sleep(0.3)  # bound after the wait began: a starting launch
+server = http.server.HTTPServer(("127.0.0.1", port), H)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+done.wait()
+time.sleep(1.5)  # the port is gone for longer than the settle window, then back
+again = http.server.HTTPServer(("127.0.0.1", port), H)
+again.serve_forever()
+'''
+
+
+def test_after_a_lost_port_the_settle_window_counts_from_the_new_proofs(tmp_path, spawn):
+    port = free_port()
+    log = str(tmp_path / "l.log")
+    proc = spawn.start([sys.executable, "-c", REBINDING_SERVER, str(port)])
+    rec = _record(proc, log, port=port)
+    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    out = _readiness.wait_ready(rec, _opts(settle=1.0, timeout=15))
+    assert out.ready, out.msg
+    d = out.details
+    assert d["settle_from"] == d["proven_at"]  # not the poll that saw the loss
+    assert d["since_launch"] - d["proven_at"] >= 1.0  # held a full window after getting it back
 
 
 def test_a_re_check_counts_its_settle_window_from_the_proofs(tmp_path, spawn):

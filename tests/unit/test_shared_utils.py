@@ -18,6 +18,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _ports
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._lock import instance_lock
 from ansible_collections.llmops.sglang.plugins.module_utils._procs import Proc
+from helpers.fixtures import wait_for
 
 
 # --- _procs -----------------------------------------------------------------------------------
@@ -99,6 +100,22 @@ def test_a_row_gone_before_first_use_matches_no_process():
     assert _procs.environ_of(row) is None
 
 
+def test_a_process_that_execs_after_the_listing_is_still_the_listed_one():
+    # exec (or setproctitle: every sglang child retitles itself) keeps the pid and the start
+    # time: a row first used after it is the listed process, not a gone one
+    child = subprocess.Popen(["sh", "-c", "sleep 0.3; exec sleep 30"])
+    try:
+        time.sleep(0.05)  # listed a few clock ticks after it started (within one tick, the
+        row = _procs.snapshot()[child.pid]  # command line is what says it is the same process)
+        assert row.cmdline == ["sh", "-c", "sleep 0.3; exec sleep 30"]
+        assert wait_for(lambda: psutil.Process(child.pid).cmdline() == ["sleep", "30"], 10)
+        assert row.state != "X" and row.uid == os.geteuid() and row.ppid == os.getpid()
+        assert row.start_time == _procs.start_time_of(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_pid_running_another_command_line_is_not_the_listed_process():
     # what a reused pid looks like when the row is first used: the pid runs something else
     row = _procs._Row(None, ["/usr/bin/not-what-runs-there"], pid=os.getpid())
@@ -108,6 +125,9 @@ def test_a_pid_running_another_command_line_is_not_the_listed_process():
         _procs.handle_of(row).children()
     same = _procs._Row(None, _procs._argv(psutil.Process().cmdline()), pid=os.getpid())
     assert same.state != "X" and same.start_time == round(psutil.Process().create_time(), 2)
+    # listed without a command line (read in the middle of its exec): nothing contradicts it
+    blank = _procs._Row(None, [], pid=os.getpid())
+    assert blank.state != "X" and blank.start_time == same.start_time
 
 
 def test_kernel_threads_carry_the_flag():
