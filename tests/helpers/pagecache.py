@@ -22,6 +22,42 @@ SCRATCH = os.path.join(ROOT, "tests", "output")
 MIB = 1 << 20
 
 
+DAMON = "/sys/kernel/mm/damon/admin/kdamonds"
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read().strip()
+    except (OSError, ValueError):
+        return ""
+
+
+def proactive_reclaim_age() -> "float | None":
+    """Seconds after which the kernel pages out cold memory on its own, page cache included
+    (a running DAMON `pageout` scheme on physical memory: some VMs run one), else None. Where
+    it runs, a file nobody read for that long leaves the cache without any memory pressure."""
+    ages = []
+    try:
+        kdamonds = [k for k in os.listdir(DAMON) if k.isdigit()]
+    except OSError:
+        return None
+    for k in kdamonds:
+        if _read(os.path.join(DAMON, k, "state")) != "on":
+            continue
+        base = os.path.join(DAMON, k, "contexts")
+        for ctx in (c for c in os.listdir(base) if c.isdigit()) if os.path.isdir(base) else ():
+            aggr = _read(os.path.join(base, ctx, "monitoring_attrs", "intervals", "aggr_us"))
+            schemes = os.path.join(base, ctx, "schemes")
+            for sch in (x for x in os.listdir(schemes) if x.isdigit()) if os.path.isdir(schemes) else ():
+                if _read(os.path.join(schemes, sch, "action")) != "pageout":
+                    continue
+                age = _read(os.path.join(schemes, sch, "access_pattern", "age", "min"))
+                if aggr.isdigit() and age.isdigit():
+                    ages.append(int(aggr) * int(age) / 1e6)
+    return min(ages) if ages else None
+
+
 def scratch_dir(prefix: str = "prewarm") -> str:
     path = os.path.join(SCRATCH, "%s-%s" % (prefix, uuid.uuid4().hex[:10]))
     os.makedirs(path)

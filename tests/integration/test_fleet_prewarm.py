@@ -95,8 +95,13 @@ def test_the_next_host_is_warm_before_its_teardown(fleet) -> None:
         assert own and float(own.group(1)) >= 90, line
         assert ("next host %s: started in the background" % nxt in line) if nxt else ("next host" not in line), line
     # and they stay warm: the page cache still holds (nearly) every host's checkpoint after the
-    # roll (the kernel may drop a few percent under memory pressure from other work)
-    assert all(pc.total_resident(files[h]) >= 0.9 * sum(os.path.getsize(p) for p in files[h]) for h in f.hosts)
+    # roll (the kernel may drop a few percent under memory pressure from other work). Where the
+    # kernel pages out cold memory on its own (a DAMON pageout scheme: this VM's after ~60 s),
+    # an early host's checkpoint, untouched since its restart, may leave meanwhile; the last
+    # host's, read by its server moments ago, must still be there.
+    reclaim = pc.proactive_reclaim_age()
+    kept = f.hosts if reclaim is None else f.hosts[-1:]
+    assert all(pc.total_resident(files[h]) >= 0.9 * sum(os.path.getsize(p) for p in files[h]) for h in kept), reclaim
 
 
 def test_the_memory_floor_holds_and_a_variable_turns_it_off(fleet, tmp_path) -> None:
