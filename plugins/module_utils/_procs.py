@@ -102,7 +102,7 @@ class Proc:
 class _Row(Proc):
     """A process as psutil listed it: the command line from the listing, the other fields read
     on first use through the row's psutil handle (given, or made on first use by _identify,
-    which checks the pid still runs the listed command line). Its creation time is fixed with
+    which checks that the pid still names the listed process). Its creation time is fixed with
     the handle, so `start_time` stays that process's even if the pid is reused later; the
     parent comes from psutil's ppid(), which checks the pid against reuse. A row whose process
     has exited (or whose pid was reused) reads state X (gone), uid -1, group and session 0, and
@@ -301,15 +301,12 @@ def _cmdline_of(reader: Any) -> Optional[List[str]]:
 
 
 class _Gone:
-    """The handle of a row whose process exited, or whose pid runs another command line, before
-    the row was identified: every read raises NoSuchProcess, as psutil's own does for an exited
+    """The handle of a row whose process exited, or whose pid names a later process, before the
+    row was identified: every read raises NoSuchProcess, as psutil's own does for an exited
     process."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-
-    def is_running(self) -> bool:
-        return False
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):   # copy, pickle and friends probe for these: not a read
@@ -397,26 +394,17 @@ def snapshot(lazy: bool = True) -> Dict[int, Proc]:
     the command line is first read (_identify), for callers that read more of a few rows; else
     with the row, for callers that read every row (a teardown's attribution reads each uid)."""
     lib = require()
+    reader = lib.Process if not lazy else _cmdline_reader(lib)
     out: Dict[int, Proc] = {}
-    if not lazy:
-        for pid in sorted(lib.pids()):
-            try:
-                handle = lib.Process(pid)
-            except lib.NoSuchProcess:   # exited since the listing (a zombie is still listed)
-                continue
-            cmdline = _cmdline_of(handle)
-            if cmdline is not None:
-                out[pid] = _Row(handle, cmdline)
-        return out
-    reader = _cmdline_reader(lib)
     for pid in sorted(lib.pids()):
         read_at = _boottime()
         try:
-            cmdline = _cmdline_of(reader(pid))
-        except (lib.Error, ValueError):   # exited since the listing
+            listed = reader(pid)
+            cmdline = _cmdline_of(listed)
+        except (lib.Error, ValueError):   # exited since the listing (a zombie is still listed)
             continue
         if cmdline is not None:
-            out[pid] = _Row(None, cmdline, pid=pid, read_at=read_at)
+            out[pid] = _Row(None if lazy else listed, cmdline, pid=pid, read_at=read_at)
     return out
 
 

@@ -8,9 +8,10 @@ A launch that is starting is ready only when every proof holds:
 4. /server_info reports the expected configuration;
 5. the requested health endpoint answers 200;
 and then keeps holding until the settle window ends (process alive, port still this instance's).
-A starting launch's window counts from the poll that first saw its log say it is up (the ready
-line, and the Uvicorn line): it has been alive since, so the time the proofs take is inside the
-window, not added after it; a re-check of a running server counts from when the proofs held.
+A starting launch's window counts from the poll that first saw its ready line: it has been
+alive since, so the time the proofs take is inside the window, not added after it. A re-check
+of a running server, a log without a ready line and a launch that lost its port count from when
+the proofs held.
 When asked (`work`), the server proves inside that window that it does its job (_workproof: one
 generation that must write a dump, or a chat answer that must carry reasoning): the request's
 time overlaps the settle window instead of adding a module call after it.

@@ -55,7 +55,7 @@ def _analyzer(port=30000):
 
 def test_timeline_in_canonical_order_and_phase():
     log = _analyzer(1234)
-    log.feed([line % 1234 if "%d" in line else line for line in STARTUP] + [READY], time.time())
+    log.feed(_startup(1234) + [READY], time.time())
     phases = [t["phase"] for t in log.timeline]
     assert phases == ["init distributed", "weight load begin", "weight load end", "kv cache",
                       "memory pool", "cuda graph begin", "cuda graph end", "http up", "warmup", "ready"]
@@ -158,6 +158,22 @@ def _opts(**kw):
     return _readiness.Options(**kw)
 
 
+def _startup(port, lines=None):
+    """The startup lines (STARTUP unless given) with this launch's port in its Uvicorn line."""
+    return [line % port if "%d" in line else line for line in (STARTUP if lines is None else lines)]
+
+
+def _starting(spawn, tmp_path, script, *args, ready=True):
+    """A starting launch: `script` (binds its port after the wait began) and its log, written
+    up to the ready line (or without it)."""
+    port = free_port()
+    log = str(tmp_path / "l.log")
+    proc = spawn.start([sys.executable, "-c", script, str(port)] + [str(a) for a in args])
+    rec = _record(proc, log, port=port)
+    _write(log, _startup(port) + ([READY] if ready else []))
+    return rec
+
+
 def _write(path, lines):
     with open(path, "a") as fh:
         fh.write("".join(line + "\n" for line in lines))
@@ -208,7 +224,7 @@ def test_exit_file_of_another_launch_is_unknown(tmp_path, sleeper):
 def test_old_ready_line_before_offset_does_not_count(tmp_path, sleeper):
     log = str(tmp_path / "l.log")
     port = free_port()
-    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    _write(log, _startup(port) + [READY])
     offset = os.path.getsize(log)
     _write(log, STARTUP[1:3])  # the new launch hangs in weight loading
     out = _readiness.wait_ready(_record(sleeper(), log, offset=offset, port=port), _opts(timeout=0.6))
@@ -265,7 +281,7 @@ def _http_launch(spawn, tmp_path, info, before_ready=(), after_ready=()):
                         "--directory", str(root)])
     assert wait_for(lambda: bool(_readiness._ports.has_listener(port)), 10)
     log = str(tmp_path / "l.log")
-    _write(log, [line % port if "%d" in line else line for line in STARTUP] + list(before_ready)
+    _write(log, _startup(port) + list(before_ready)
            + [READY] + list(after_ready))
     return proc, port, log
 
@@ -461,7 +477,7 @@ def test_a_listener_on_another_address_is_not_a_stale_server(tmp_path, spawn):
 def test_a_server_that_died_after_its_ready_line_is_not_said_to_die_before(tmp_path, sleeper):
     log = str(tmp_path / "l.log")
     port = free_port()
-    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    _write(log, _startup(port) + [READY])
     proc = sleeper()
     rec = _record(proc, log, port=port)
     os.kill(proc.pid, signal.SIGKILL)
@@ -504,7 +520,7 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 def test_a_death_right_after_the_proofs_is_a_crash_not_ready(tmp_path, spawn):
     port = free_port()
     log = str(tmp_path / "l.log")
-    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    _write(log, _startup(port) + [READY])
     proc = spawn.start([sys.executable, "-c", DYING_SERVER, str(port), log, json.dumps({"version": "0.5.23"})])
     assert wait_for(lambda: bool(_readiness._ports.has_listener(port)), 10)
     out = _readiness.wait_ready(_record(proc, log, port=port), _opts(timeout=10, settle=2.0))
@@ -563,11 +579,7 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 def test_the_settle_window_of_a_starting_launch_counts_from_its_ready_line(tmp_path, spawn):
     """The proofs' own time is inside the window: a launch alive since its ready line is not
     held for the whole window again once the (slow) proofs are done."""
-    port = free_port()
-    log = str(tmp_path / "l.log")
-    proc = spawn.start([sys.executable, "-c", SLOW_INFO_SERVER, str(port), "1.2"])
-    rec = _record(proc, log, port=port)
-    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    rec = _starting(spawn, tmp_path, SLOW_INFO_SERVER, 1.2)
     out = _readiness.wait_ready(rec, _opts(settle=1.0, timeout=10))
     assert out.ready and out.details["already_running"] is False, out.msg
     assert "settle window since its ready line" in out.msg
@@ -580,12 +592,8 @@ def test_the_settle_window_of_a_starting_launch_counts_from_its_ready_line(tmp_p
 def test_proofs_that_end_after_the_timeout_still_get_the_verdict(tmp_path, spawn):
     """The proofs held after the timeout, and the window (from the ready line) had ended by
     then: the end-of-window check runs at once instead of the timeout."""
-    port = free_port()
-    log = str(tmp_path / "l.log")
     flag = str(tmp_path / "info-answered")
-    proc = spawn.start([sys.executable, "-c", SLOW_INFO_SERVER, str(port), "0", flag])
-    rec = _record(proc, log, port=port)
-    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    rec = _starting(spawn, tmp_path, SLOW_INFO_SERVER, 0, flag)
 
     def clock():  # /server_info answering took the wait 20 s past its timeout (a stalled host)
         return time.monotonic() + (20.0 if os.path.exists(flag) else 0.0)
@@ -595,11 +603,7 @@ def test_proofs_that_end_after_the_timeout_still_get_the_verdict(tmp_path, spawn
 
 
 def test_without_a_ready_line_the_settle_window_counts_from_the_proofs(tmp_path, spawn):
-    port = free_port()
-    log = str(tmp_path / "l.log")
-    proc = spawn.start([sys.executable, "-c", SLOW_INFO_SERVER, str(port), "0"])
-    rec = _record(proc, log, port=port)
-    _write(log, [line % port if "%d" in line else line for line in STARTUP])  # no ready line
+    rec = _starting(spawn, tmp_path, SLOW_INFO_SERVER, 0, ready=False)
     out = _readiness.wait_ready(rec, _opts(settle=0.5, timeout=10, require_ready_line=False))
     assert out.ready and out.details["already_running"] is False, out.msg
     assert "since its ready line" not in out.msg
@@ -607,38 +611,8 @@ def test_without_a_ready_line_the_settle_window_counts_from_the_proofs(tmp_path,
     assert d["settle_from"] == d["proven_at"] and d["since_launch"] - d["proven_at"] >= 0.5
 
 
-REBINDING_SERVER = r'''
-import http.server, socket, sys, threading, time
-port = int(sys.argv[1])
-
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b'{"version": "0.5.23"}' if self.path == "/server_info" else b""
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-        if self.path == "/health" and not done.is_set():
-            done.set()
-            threading.Thread(target=lambda: (time.sleep(0.1), server.socket.close()), daemon=True).start()
-    def log_message(self, *a):
-        pass
-
-done = threading.Event()
-time.sleep(0.3)  # bound after the wait began: a starting launch
-server = http.server.HTTPServer(("127.0.0.1", port), H)
-threading.Thread(target=server.serve_forever, daemon=True).start()
-done.wait()
-time.sleep(1.5)  # the port is gone for longer than the settle window, then back
-again = http.server.HTTPServer(("127.0.0.1", port), H)
-again.serve_forever()
-'''
-
-
 def test_after_a_lost_port_the_settle_window_counts_from_the_new_proofs(tmp_path, spawn):
-    port = free_port()
-    log = str(tmp_path / "l.log")
-    proc = spawn.start([sys.executable, "-c", REBINDING_SERVER, str(port)])
-    rec = _record(proc, log, port=port)
-    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
+    rec = _starting(spawn, tmp_path, PORT_DROPPING_SERVER, 0.3, 1.5)
     out = _readiness.wait_ready(rec, _opts(settle=1.0, timeout=15))
     assert out.ready, out.msg
     d = out.details
@@ -654,31 +628,40 @@ def test_a_re_check_counts_its_settle_window_from_the_proofs(tmp_path, spawn):
     assert out.details["since_launch"] - out.details["proven_at"] >= 0.5
 
 
-CLOSING_SERVER = r'''
+PORT_DROPPING_SERVER = r'''
 import http.server, sys, threading, time
 port = int(sys.argv[1])
+bind_after = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0   # > 0: a starting launch
+back_after = float(sys.argv[3]) if len(sys.argv) > 3 else None  # the port back after that long
 
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = b'{"version": "0.5.23"}' if self.path == "/server_info" else b""
         self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
         self.wfile.write(body)
-        if self.path == "/health":
+        if self.path == "/health" and not dropped.is_set():
+            dropped.set()
             threading.Thread(target=lambda: (time.sleep(0.2), server.socket.close()), daemon=True).start()
     def log_message(self, *a):
         pass
 
+dropped = threading.Event()
+time.sleep(bind_after)
 server = http.server.HTTPServer(("127.0.0.1", port), H)
 threading.Thread(target=server.serve_forever, daemon=True).start()
-time.sleep(120)  # alive, but no longer listening
+dropped.wait()
+if back_after is None:
+    time.sleep(120)  # alive, but no longer listening
+time.sleep(back_after or 0)  # gone for longer than the settle window, then back
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 '''
 
 
 def test_a_port_released_inside_the_settle_window_is_not_ready(tmp_path, spawn):
     port = free_port()
     log = str(tmp_path / "l.log")
-    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY])
-    proc = spawn.start([sys.executable, "-c", CLOSING_SERVER, str(port)])
+    _write(log, _startup(port) + [READY])
+    proc = spawn.start([sys.executable, "-c", PORT_DROPPING_SERVER, str(port)])
     assert wait_for(lambda: bool(_readiness._ports.has_listener(port)), 10)
     out = _readiness.wait_ready(_record(proc, log, port=port), _opts(settle=1.5, timeout=3))
     assert not out.ready and out.reason == "timeout", out.msg
@@ -701,7 +684,7 @@ def test_a_starting_launch_is_ready_once_it_binds(tmp_path, spawn):
     _write(log, STARTUP[:3])
     proc = spawn.start([sys.executable, "-c", LATE_SERVER, str(port), "1.0", str(root)])
     rec = _record(proc, log, port=port)
-    _write(log, [line % port if "%d" in line else line for line in STARTUP[3:]] + [READY])
+    _write(log, _startup(port, STARTUP[3:]) + [READY])
     out = _readiness.wait_ready(rec, _opts(timeout=10))
     assert out.ready and out.details["already_running"] is False, out.msg
     assert [t["phase"] for t in out.details["timeline"]][-1] == "ready"
@@ -732,7 +715,7 @@ def test_a_dead_server_is_explained_by_its_last_lines_not_its_whole_log(tmp_path
              '  File "scheduler.py", line 1, in event_loop',
              "RuntimeError: CUDA error: an illegal memory access was encountered",
              "[2025-01-01 12:00:00] Received sigquit from a child process. It usually means the child failed."]
-    _write(log, [line % port if "%d" in line else line for line in STARTUP] + [READY]
+    _write(log, _startup(port) + [READY]
            + REQUEST_OOM + [access] * 100_000 + crash)
     proc = sleeper()
     rec = _record(proc, log, port=port)
