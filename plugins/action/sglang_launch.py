@@ -7,19 +7,38 @@ Without `operation_lock` the module runs as it would without this plugin. With i
 controller's identity goes into the lock's arguments and a refusal because of a recorded holder
 is judged here, as for sglang_lock (plugin_utils/_operation_lock): provably gone -> the module
 runs again, taking the lock over; alive or another controller's -> the refusal stands.
+
+With `teardown` (the old server stopped first, in the same call), the teardown's own lines: when
+SIGKILL comes before the module runs, one line per phase after (plugin_utils/_teardown_lines),
+for a human stdout callback only.
 """
 from __future__ import annotations
 
+import os
+import time
+from typing import Any, Dict, Mapping
+
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _operation_lock as L
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _teardown_lines as T
 
 MODULE = "llmops.sglang.sglang_launch"
 
+display = Display()
+
+
+def _teardown_spec() -> Dict[str, Any]:
+    from ansible_collections.llmops.sglang.plugins.module_utils._options import teardown
+    return teardown()
+
 
 class ActionModule(ActionBase):
-    """Adds the lock holder's identity when the launch takes the operation lock."""
+    """Adds the lock holder's identity when the launch takes the operation lock; shows the
+    teardown's lines when it stops the old server first."""
 
     TRANSFERS_FILES = False
     _supports_check_mode = True
@@ -36,6 +55,12 @@ class ActionModule(ActionBase):
             if isinstance(spec, dict):
                 args["operation_lock"] = dict(spec, **(takeover or {}))
             return self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        stop = args.get("teardown")
+        show = isinstance(stop, Mapping) and P.progress_wanted(P.stdout_callback_name(), os.environ)
+        who = P.host_label(task_vars, self._play_context.remote_addr, str(args.get("name") or "sglang") + " teardown")
+        check_mode = bool(self._play_context.check_mode)
+        if show and not check_mode and T.args_valid(stop, _teardown_spec()):
+            display.display("%s: %s" % (who, T.before_line(stop, time.time())))
         try:
             if isinstance(spec, dict):
                 spec = dict(spec, holder=L.holder(task_vars))  # what `execute` sends from here on
@@ -45,4 +70,8 @@ class ActionModule(ActionBase):
                 res = execute(None)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
+        done = res.get("teardown")
+        if show and isinstance(done, Mapping) and "killed" in done:  # a refusal before any signal says it all
+            for line in T.phase_lines(done, check_mode, stop.get("ports")):
+                display.display("%s: %s" % (who, line))
         return merge_hash(result, res)

@@ -1,8 +1,10 @@
 """PRIVATE to llmops.sglang. sglang_launch's work around its pure plan (_launch_plan).
 
 `run()` is the whole module body: the preflight pass (every check at once), the fingerprint,
-then under the instance lock the facts (record, port holders, the probe or the cgroup where the
-plan needs them), the decision, and carrying it out - a spawn, or a failure. Failures travel as
+then under the instance lock the `teardown` when asked (a restart's replacement: the old server
+stopped and proven gone by the teardown engine, only once the preflight passed), the facts
+(record, port holders, the probe or the cgroup where the plan needs them), the decision, and
+carrying it out - a spawn, or a failure. Failures travel as
 SglangError with the reason set where they were found and the result built so far as details;
 _exit.run turns them into fail_json.
 """
@@ -12,12 +14,15 @@ import contextlib
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils import (
     _cliargs, _containment, _exit, _http, _launch_plan, _launcher, _lock, _outputdirs, _preflight, _procs, _record,
     _redact)
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+
+if TYPE_CHECKING:  # imported where used: only a replacement stops anything (a plan's call does not)
+    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
 
 
 @dataclass
@@ -239,12 +244,14 @@ def _carrying(exc: SglangError, result: Mapping[str, Any]) -> SglangError:
 
 
 @contextlib.contextmanager
-def _instance_lock(req: Request, take: bool) -> Iterator[None]:
-    """Check mode and a failed preflight act on nothing: no lock (taking it creates the state dir)."""
+def _instance_lock(req: Request, take: bool, stop: Optional[_teardown_call.Request]) -> Iterator[None]:
+    """Check mode and a failed preflight act on nothing: no lock (taking it creates the state dir).
+    With a teardown first, as long as the teardown would wait for it."""
     if not take:
         yield
         return
-    with _lock.instance_lock(req.state_dir, req.name, req.params["lock_timeout"]):
+    timeout = max(req.params["lock_timeout"], stop.lock_timeout if stop else 0.0)
+    with _lock.instance_lock(req.state_dir, req.name, timeout):
         yield
 
 
@@ -292,15 +299,42 @@ def prewarm(model_path: str, spec: Mapping[str, Any]) -> Dict[str, Any]:
                 "msg": "prewarm: %s" % _exit.os_error_message(exc)}
 
 
-def run(p: Mapping[str, Any], check_mode: bool, diff: bool) -> Dict[str, Any]:
+def teardown_request(req: Request) -> Optional[_teardown_call.Request]:
+    """The `teardown` option, validated before anything is looked at (None: not asked)."""
+    spec = req.params.get("teardown")
+    if not spec:
+        return None
+    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+    return _teardown_call.prepare(spec, req.name, req.state_dir, req.params["gpu_backend"])
+
+
+def teardown_first(stop: _teardown_call.Request, check_mode: bool, diff: bool,
+                   warn: Callable[[str], None]) -> Dict[str, Any]:
+    """The teardown's result; its failure fails the launch with the teardown's reason, its
+    result under `teardown` (failed), and nothing started."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+    try:
+        return _teardown_call.run(stop, check_mode, diff, warn)
+    except SglangError as exc:
+        reason = exc.details.get("reason") or "teardown_failed"
+        details = dict(exc.details, failed=True, msg=exc.msg, reason=reason)
+        raise SglangError("teardown before the launch failed: %s; nothing was started" % exc.msg, reason=reason,
+                          teardown=details) from None
+
+
+def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
+        warn: Callable[[str], None] = lambda _text: None) -> Dict[str, Any]:
     """The module's work: a result, or SglangError carrying the result so far."""
     req = prepare(p, check_mode)
+    stop = teardown_request(req)
     partial = base_result(req)
     try:
         taken = operation_lock(req)
         if taken is not None:
             partial["operation_lock"] = taken
-        with _instance_lock(req, take=not check_mode and not req.pf.report.errors):
+        with _instance_lock(req, take=not check_mode and not req.pf.report.errors, stop=stop):
+            if stop is not None and not req.pf.report.errors:
+                partial["teardown"] = teardown_first(stop, check_mode, diff, warn)
             decision = _launch_plan.decide(gather(req, check_mode))
             partial = result = outcome(partial, req.pf.report, decision, diff)
             if decision.action == _launch_plan.REFUSE:

@@ -21,6 +21,25 @@ def ports(default: Any = None) -> Dict[str, Any]:
     return dict(ports=spec)
 
 
+def teardown() -> Dict[str, Any]:
+    """sglang_teardown's own options (name, state_dir and gpu_backend are the calling module's):
+    that module's, and the suboptions of sglang_launch's `teardown`."""
+    return merged(
+        ports(default=[]),
+        gpus=dict(type="list", elements="raw"),
+        patterns=dict(type="list", elements="str", default=[]),
+        sglang_processes=dict(type="bool", default=True),
+        all_users=dict(type="bool", default=False),
+        protect=dict(type="list", elements="str", default=[]),
+        foreign_gpu_processes=dict(type="str", choices=["fail", "kill", "ignore"], default="fail"),
+        grace_period=dict(type="float", default=30.0),
+        timeout=dict(type="float", default=60.0),
+        shm_cleanup=dict(type="bool", default=True),
+        shm_dir=dict(type="path", default="/dev/shm"),
+        purge_paths=dict(type="list", elements="path", default=[]),
+    )
+
+
 def merged(*specs: Dict[str, Any], **own: Any) -> Dict[str, Any]:
     """One argument_spec from the shared pieces plus the module's own options."""
     out: Dict[str, Any] = {}

@@ -40,8 +40,14 @@ description:
     env and a digest of the API key) and answers HTTP within O(probe_timeout), nothing is
     started (RV(reason) V(running)). A running server with another fingerprint, one that does
     not answer (hung or stopped, RV(reason) V(unresponsive)), or a port held by another process,
-    fails with what differs and who holds the port; this module never stops anything (use
-    C(sglang_teardown)).
+    fails with what differs and who holds the port; without O(teardown) this module never stops
+    anything (use C(sglang_teardown)).
+  - With O(teardown), a replacement in one call - once the whole preflight has passed, and under the
+    instance lock the launch holds anyway, C(sglang_teardown)'s engine stops what the teardown
+    options select for this instance and proves it gone (processes, ports, GPUs, files), then the
+    launch decides and starts. A failed preflight stops nothing; a failed teardown starts nothing.
+    This is how the restart role replaces a server (one module run instead of two, and no moment
+    between the teardown and the launch in which another run could take the instance's place).
   - Every result and failure passes through one redaction before it is returned - secret keys,
     secret flag values in command lines (also inside one-string process titles) and every
     literal secret value given are masked.
@@ -306,10 +312,75 @@ options:
     type: str
     choices: [auto, systemd, cgroup, none]
     default: auto
+  teardown:
+    description:
+      - Stop the instance first, in this call - the options of C(llmops.sglang.sglang_teardown), with
+        the same meaning and defaults; its O(name), O(state_dir) and O(gpu_backend) are this
+        module's. Run only when the preflight passed, under the instance lock, before the record and
+        the port are read for the decision. Its result is RV(teardown); a failure fails the task
+        with the teardown's RV(reason) and starts nothing. Omitted - nothing is stopped.
+    type: dict
+    version_added: "0.5.0"
+    suboptions:
+      ports:
+        description: Managed TCP ports; their listeners and descendants are targets.
+        type: list
+        elements: int
+        default: []
+      gpus:
+        description: Managed GPU indexes. Omitted means every GPU; C([]) means GPUs are not managed.
+        type: list
+        elements: raw
+      patterns:
+        description: Python regular expressions searched in each command line (as the teardown's).
+        type: list
+        elements: str
+        default: []
+      sglang_processes:
+        description: Select this instance's and unmarked sglang processes by title / command line.
+        type: bool
+        default: true
+      all_users:
+        description: Also target processes and shm files of other users.
+        type: bool
+        default: false
+      protect:
+        description: Extra names or globs never to signal (added to the teardown's own list).
+        type: list
+        elements: str
+        default: []
+      foreign_gpu_processes:
+        description: What to do with compute processes on the managed GPUs that are not targets.
+        type: str
+        choices: [fail, kill, ignore]
+        default: fail
+      grace_period:
+        description: Seconds to wait after SIGTERM before SIGKILL.
+        type: float
+        default: 30
+      timeout:
+        description: Seconds allowed after the grace period for SIGKILL to take effect and for ports and GPUs to be released.
+        type: float
+        default: 60
+      shm_cleanup:
+        description: Remove unheld sglang, torch and NCCL files in O(teardown.shm_dir).
+        type: bool
+        default: true
+      shm_dir:
+        description: Shared-memory directory to clean.
+        type: path
+        default: /dev/shm
+      purge_paths:
+        description: Directories to empty (judged and refused as the teardown's O(teardown.purge_paths)).
+        type: list
+        elements: path
+        default: []
 attributes:
   check_mode:
     support: full
     description:
+      - With O(teardown), its check-mode result (targets, signals, files) is RV(teardown); nothing
+        is stopped.
       - Runs the whole preflight and starts nothing. A running instance with another fingerprint
         is reported as changed with RV(reason) V(config_changed) and the differences (this is how
         the restart role plans); one that does not answer within O(probe_timeout) as changed with
@@ -360,6 +431,17 @@ EXAMPLES = r"""
       - path: /dev/shm/sglang_hs
         min_free_mb: 10240
         mode: "0750"
+
+- name: Replace the running server in one call - stop it and prove it gone, then launch (preflight first)
+  llmops.sglang.sglang_launch:
+    name: serving
+    venv: /root/ml-env
+    model_path: /models/Kimi-K2.5
+    port: 8000
+    tp_size: 8
+    teardown:
+      ports: [8000]
+      grace_period: 30
 
 - name: Plan a restart - what would change? (check mode, with the diff)
   llmops.sglang.sglang_launch:
@@ -529,6 +611,17 @@ prewarm:
   version_added: "0.5.0"
   sample: {changed: true, resident_before_pct: 2.5, resident_after_pct: 100.0, read_bytes: 16106127360,
            msg: "read 15.0 GiB of 4 files of /models/Qwen3-8B in 6.1 s (2.64 GB/s): 2.5% was resident before, 100.0% now"}
+teardown:
+  description:
+    - What O(teardown) did - the result C(llmops.sglang.sglang_teardown) returns (C(targets),
+      C(killed), C(survivors), C(ports_after), C(shm_removed), C(record_removed), C(timings), ...;
+      in check mode what it would do). When it failed, also C(failed), C(reason) and C(msg); the
+      task fails with the same RV(reason) and nothing was started.
+  returned: when O(teardown) was given and the preflight passed
+  type: dict
+  version_added: "0.5.0"
+  sample: {changed: true, targets: [{pid: 4242, name: python3, why: [launch record]}],
+           killed: [{pid: 4242, name: python3, signal: SIGTERM}], survivors: [], timings: {plan: 0.06, term: 0.4}}
 operation_lock:
   description:
     - The operation lock this call took (O(operation_lock)) - C(reason) (V(taken), V(held) by this
@@ -577,7 +670,7 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
     if not os.path.isdir("/proc/self"):
         raise SglangError("sglang_launch needs Linux /proc", reason="unsupported")
     try:
-        result = _launch_exec.run(module.params, module.check_mode, module._diff)
+        result = _launch_exec.run(module.params, module.check_mode, module._diff, module.warn)
     except SglangError as exc:
         _warn(module, exc.details)
         raise
@@ -628,6 +721,7 @@ def main() -> None:
                 takeover_reason=dict(type="str"))),
             spawn_timeout=dict(type="float", default=30),
             containment=dict(type="str", default="auto", choices=list(_containment.BACKENDS)),
+            teardown=dict(type="dict", options=_options.teardown()),
         ),
         mutually_exclusive=[("venv", "python")],
         required_one_of=[("venv", "python")],

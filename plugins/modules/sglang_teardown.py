@@ -394,73 +394,16 @@ if __name__ == "__main__":
     gc.disable()  # a module run: no collection while its code is imported (_exit.started turns it back on)
 
 import os
-import sys
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _deps, _exit, _options, _record, _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils import _deps, _exit, _options, _record, _teardown_call
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._lock import instance_lock
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import Scope, build_scope
-
-
-def _own_cmdlines() -> list:
-    """This module's command line as /proc shows it (what a pattern must not match)."""
-    try:
-        with open("/proc/self/cmdline", "rb") as fh:
-            argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
-    except OSError:
-        argv = list(sys.argv)
-    return [" ".join(argv), "\0".join(argv)]
 
 
 def argument_spec() -> dict:
-    return _options.merged(
-        _options.STATE_DIR, _options.GPU_BACKEND, _options.ports(default=[]),
-        name=dict(type="str"),
-        gpus=dict(type="list", elements="raw"),
-        patterns=dict(type="list", elements="str", default=[]),
-        sglang_processes=dict(type="bool", default=True),
-        all_users=dict(type="bool", default=False),
-        protect=dict(type="list", elements="str", default=[]),
-        foreign_gpu_processes=dict(type="str", choices=["fail", "kill", "ignore"], default="fail"),
-        grace_period=dict(type="float", default=30.0),
-        timeout=dict(type="float", default=60.0),
-        shm_cleanup=dict(type="bool", default=True),
-        shm_dir=dict(type="path", default="/dev/shm"),
-        purge_paths=dict(type="list", elements="path", default=[]),
-    )
-
-
-def _act(module: AnsibleModule, scope: Scope, opts: _teardown.Options) -> dict:
-    """Plan, refuse or act on the plan, prove the result; a failure is raised with its reason
-    and the whole result (and the diff) as details."""
-    start = time.monotonic()
-    plan = _teardown.make_plan(scope, opts)
-    try:
-        _teardown.check_preconditions(plan)
-        plan_s = round(time.monotonic() - start, 3)
-        for text in _teardown.purge_warnings(plan, module.check_mode):
-            module.warn(text)
-        if module.check_mode:
-            result = _teardown.check_mode_result(plan)
-            result["timings"] = {"plan": plan_s}
-        else:
-            try:
-                result = _teardown.execute(plan, opts)
-            except SglangError as exc:
-                if "killed" in exc.details:
-                    exc.details["timings"] = dict(plan=plan_s, **exc.details["timings"])
-                    if module._diff:
-                        exc.details["diff"] = _teardown.diff_of(plan, exc.details)
-                raise
-            result["timings"] = dict(plan=plan_s, **result["timings"])
-        if module._diff:
-            result["diff"] = _teardown.diff_of(plan, result)
-        return result
-    finally:
-        plan.close()
+    return _options.merged(_options.STATE_DIR, _options.GPU_BACKEND, _options.teardown(), name=dict(type="str"))
 
 
 def _body(module: AnsibleModule) -> dict:
@@ -469,18 +412,13 @@ def _body(module: AnsibleModule) -> dict:
     if not os.path.isdir("/proc/self"):
         raise SglangError("sglang_teardown needs Linux /proc", reason="unsupported")
     state_dir = p["state_dir"] or _record.default_state_dir()
-    scope = build_scope(p["name"], state_dir, p["ports"], p["gpus"], p["patterns"], p["sglang_processes"],
-                        p["all_users"], p["protect"], p["foreign_gpu_processes"], _own_cmdlines())
-    opts = _teardown.Options(grace_period=p["grace_period"], timeout=p["timeout"], shm_cleanup=p["shm_cleanup"],
-                             shm_dir=p["shm_dir"], purge_paths=[os.path.normpath(x) for x in p["purge_paths"]],
-                             gpu_backend=p["gpu_backend"])
-    _teardown.validate_options(opts, state_dir)
+    req = _teardown_call.prepare(p, p["name"], state_dir, p["gpu_backend"])
     # Check mode takes no lock: it must not even create the state dir. A lock that stays taken
     # fails with the reason the lock sets (locked).
     if p["name"] and not module.check_mode:
-        with instance_lock(state_dir, p["name"], timeout=max(30.0, p["timeout"])):
-            return _act(module, scope, opts)
-    return _act(module, scope, opts)
+        with instance_lock(state_dir, p["name"], timeout=req.lock_timeout):
+            return _teardown_call.run(req, False, module._diff, module.warn)
+    return _teardown_call.run(req, module.check_mode, module._diff, module.warn)
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _http
 DEMO = os.path.join(ROOT, "scripts", "demo.sh")
 # a task banner, its title without the role prefix (the restart's steps may come from the thin roles)
 TASK = re.compile(r"^TASK \[(?:[\w.]+ : )?(.*)\] \**$")
-LAUNCH_TASK = "Launch the new server"
+LAUNCH_TASK = "Launch the new server, once the old one is stopped and proven gone (one call)"
 READY_TASK = "Wait until the server is ready"
 
 

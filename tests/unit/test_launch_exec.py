@@ -59,3 +59,84 @@ def test_param_secrets_and_operator_warnings():
         "log level hides the ready line", "GPUs not checked: no NVML: tp_size 2 was not checked against the GPUs",
         "org/model is taken for a hub id"]
     assert len(_launch_exec.operator_warnings(report, dict(p, gpu_backend="none"))) == 2
+
+
+TEARDOWN = dict(ports=[], gpus=None, patterns=[], sglang_processes=False, all_users=False, protect=[],
+                foreign_gpu_processes="fail", grace_period=5.0, timeout=10.0, shm_cleanup=False, shm_dir="/dev/shm",
+                purge_paths=[])
+
+
+def _passing_preflight(monkeypatch) -> None:
+    """A preflight that passes without an interpreter (the launch's own checks are tested elsewhere)."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _preflight
+
+    monkeypatch.setattr(_launch_exec, "preflight",
+                        lambda p, dirs, check_mode: _launch_exec.Preflight(report=_preflight.Report(), port=p["port"],
+                                                                           tp_size=1))
+
+
+def _no_spawn(req):
+    raise AssertionError("spawned although the teardown failed")
+
+
+def test_a_failed_teardown_fails_the_launch_with_its_reason_and_starts_nothing(tmp_path, monkeypatch):
+    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+
+    _passing_preflight(monkeypatch)
+    monkeypatch.setattr(_launch_exec, "spawn", _no_spawn)
+    monkeypatch.setattr(_launch_exec, "gather", lambda req, check_mode: pytest.fail("decided after a failed teardown"))
+
+    def survived(req, check_mode, diff, warn):
+        raise SglangError("1 process survived SIGKILL: pid 4242", reason="survivors", killed=[],
+                          survivors=[{"pid": 4242}], timings={"term": 5.0})
+    monkeypatch.setattr(_teardown_call, "run", survived)
+    with pytest.raises(SglangError) as caught:
+        _launch_exec.run(params(tmp_path, teardown=dict(TEARDOWN)), check_mode=False, diff=False)
+    exc = caught.value
+    assert exc.details["reason"] == "survivors" and "nothing was started" in exc.msg
+    assert "survived SIGKILL" in exc.msg
+    td = exc.details["teardown"]
+    assert td["failed"] is True and td["reason"] == "survivors" and td["survivors"] == [{"pid": 4242}]
+    assert exc.details["pid"] is None and "preflight" in exc.details  # the launch's result so far
+
+
+def test_the_teardown_runs_only_after_a_passing_preflight(tmp_path, monkeypatch):
+    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+
+    monkeypatch.setattr(_teardown_call, "run", lambda *a: pytest.fail("stopped although the preflight failed"))
+    with pytest.raises(SglangError) as caught:
+        _launch_exec.run(params(tmp_path, port="not-a-port", teardown=dict(TEARDOWN)), check_mode=False, diff=False)
+    assert caught.value.details["reason"] == "preflight_failed" and "teardown" not in caught.value.details
+
+
+@pytest.mark.parametrize("bad, reason", [({"grace_period": -1.0}, "bad_option"), ({"patterns": [""]}, "bad_pattern"),
+                                         ({"purge_paths": ["/etc"]}, "bad_purge_path")])
+def test_bad_teardown_options_fail_before_anything_is_looked_at(tmp_path, monkeypatch, bad, reason):
+    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+
+    _passing_preflight(monkeypatch)
+    monkeypatch.setattr(_teardown_call, "run", lambda *a: pytest.fail("ran a teardown with bad options"))
+    with pytest.raises(SglangError) as caught:
+        _launch_exec.run(params(tmp_path, teardown=dict(TEARDOWN, **bad)), check_mode=False, diff=False)
+    assert caught.value.details["reason"] == reason
+    assert not os.path.exists(os.path.join(str(tmp_path / "state"), "unit.lock"))
+
+
+def test_the_teardown_result_and_the_launch_decision_in_one_result(tmp_path, monkeypatch):
+    """After a teardown that removed the record, the launch decides on what is left: nothing."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+
+    _passing_preflight(monkeypatch)
+    calls = []
+
+    def stopped(req, check_mode, diff, warn):
+        calls.append((req.scope.name, req.opts.grace_period, check_mode))
+        warn("emptied /x")
+        return {"changed": True, "killed": [{"pid": 4242, "signal": "SIGTERM"}], "timings": {"term": 0.2}}
+    monkeypatch.setattr(_teardown_call, "run", stopped)
+    warnings = []
+    result = _launch_exec.run(params(tmp_path, teardown=dict(TEARDOWN)), check_mode=True, diff=False,
+                              warn=warnings.append)
+    assert calls == [("unit", 5.0, True)] and warnings == ["emptied /x"]
+    assert result["teardown"]["killed"] == [{"pid": 4242, "signal": "SIGTERM"}]
+    assert result["changed"] and result["reason"] == "new"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.action import sglang_drain as D
-from ansible_collections.llmops.sglang.plugins.action import sglang_teardown as T
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _teardown_lines as T
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
 
 

@@ -43,7 +43,10 @@ def test_comm_with_spaces_and_parens(tmp_path):
     shutil.copy(shutil.which("sleep"), str(odd))
     child = subprocess.Popen([str(odd), "30"], start_new_session=True)
     try:
-        assert _wait(lambda: (_procs.read_proc(child.pid) or _proc([])).comm == "a) (b c")
+        # exec sets the new comm before the new command line exists (a read between them sees an
+        # empty one): wait for both
+        assert _wait(lambda: ((_procs.read_proc(child.pid) or _proc([])).comm == "a) (b c"
+                              and bool((_procs.read_proc(child.pid) or _proc([])).cmdline)))
         proc = _procs.read_proc(child.pid)
         assert proc.ppid == os.getpid() and proc.pgid == child.pid == proc.sid and proc.state in ("S", "R")
         assert proc.cmdline == [str(odd), "30"] and proc.uid == os.geteuid() and not proc.kthread
