@@ -337,6 +337,8 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
                 partial["teardown"] = teardown_first(stop, check_mode, diff, warn)
             decision = _launch_plan.decide(gather(req, check_mode))
             partial = result = outcome(partial, req.pf.report, decision, diff)
+            if (result.get("teardown") or {}).get("changed"):
+                result["changed"] = True  # check mode: what runs now is decided on, the teardown would stop it
             if decision.action == _launch_plan.REFUSE:
                 raise SglangError(decision.failure or decision.message, reason=decision.reason)
             if decision.action == _launch_plan.LAUNCH and not check_mode:

@@ -24,7 +24,8 @@ LAUNCH = "launch"
 RELAUNCH = "relaunch"
 REFUSE = "refuse"
 
-_STOP_FIRST = "; stop it first with sglang_teardown - sglang_launch never stops a server"
+_STOP_FIRST = ("; stop it first with sglang_teardown, or give sglang_launch `teardown` - without it sglang_launch "
+               "never stops a server")
 
 Holder = Mapping[str, Any]
 
@@ -122,7 +123,7 @@ def _running(f: Facts, record: Mapping[str, Any], others: Tuple[Holder, ...], co
 def _not_running(f: Facts, others: Tuple[Holder, ...], common: Dict[str, Any]) -> Decision:
     if f.port_state == "busy":
         msg = "port %s on %s is held by %s" % (f.port, f.host, _preflight.describe_holders(list(others)))
-        failure = "%s; sglang_launch never stops a process - run sglang_teardown with ports: [%s] or choose " \
+        failure = "%s; sglang_launch stops nothing without `teardown` - run sglang_teardown with ports: [%s] or choose " \
                   "another port" % (msg, f.port)
         return _replace(f, "port_busy", msg, failure, (msg,), **common)
     if f.cgroup_problem:
@@ -135,7 +136,8 @@ def _not_running(f: Facts, others: Tuple[Holder, ...], common: Dict[str, Any]) -
 
 def _replace(f: Facts, reason: str, msg: str, failure: str, blockers: Tuple[str, ...], **rest: Any) -> Decision:
     """Something holds the instance's place: check mode plans its replacement (a restart's
-    teardown clears it); a real launch fails, since it never stops anything."""
+    teardown clears it); a real launch fails, since it stops nothing itself (`teardown`, when given,
+    ran before these facts were read)."""
     if f.check_mode:
         return Decision(RELAUNCH, reason, msg, blockers=blockers, **rest)
     return Decision(REFUSE, reason, msg, failure=failure, blockers=blockers, **rest)

@@ -379,8 +379,9 @@ attributes:
   check_mode:
     support: full
     description:
-      - With O(teardown), its check-mode result (targets, signals, files) is RV(teardown); nothing
-        is stopped.
+      - With O(teardown), its check-mode result (targets, signals, files) is RV(teardown) and the
+        decision is made on the server as it runs now; changed when either would change
+        something. Nothing is stopped.
       - Runs the whole preflight and starts nothing. A running instance with another fingerprint
         is reported as changed with RV(reason) V(config_changed) and the differences (this is how
         the restart role plans); one that does not answer within O(probe_timeout) as changed with

@@ -111,7 +111,7 @@ def test_the_teardown_runs_only_after_a_passing_preflight(tmp_path, monkeypatch)
 
 @pytest.mark.parametrize("bad, reason", [({"grace_period": -1.0}, "bad_option"), ({"patterns": [""]}, "bad_pattern"),
                                          ({"purge_paths": ["/etc"]}, "bad_purge_path")])
-def test_bad_teardown_options_fail_before_anything_is_looked_at(tmp_path, monkeypatch, bad, reason):
+def test_bad_teardown_options_fail_before_anything_is_stopped_or_locked(tmp_path, monkeypatch, bad, reason):
     from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
 
     _passing_preflight(monkeypatch)
@@ -140,3 +140,19 @@ def test_the_teardown_result_and_the_launch_decision_in_one_result(tmp_path, mon
     assert calls == [("unit", 5.0, True)] and warnings == ["emptied /x"]
     assert result["teardown"]["killed"] == [{"pid": 4242, "signal": "SIGTERM"}]
     assert result["changed"] and result["reason"] == "new"
+
+
+def test_check_mode_is_changed_when_the_teardown_would_stop_a_server_the_launch_keeps(tmp_path, monkeypatch):
+    """Check mode decides on the server as it runs now (here: the requested one, nothing to do);
+    the teardown would stop it, so the call is changed."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _launch_plan, _teardown_call
+
+    _passing_preflight(monkeypatch)
+    monkeypatch.setattr(_launch_plan, "decide", lambda facts: _launch_plan.Decision(
+        _launch_plan.NOOP, "running", "instance 'unit' is running with the requested configuration"))
+    monkeypatch.setattr(_teardown_call, "run", lambda *a: {"changed": True, "killed": [], "signals": [{"pids": [7]}]})
+    result = _launch_exec.run(params(tmp_path, teardown=dict(TEARDOWN)), check_mode=True, diff=False)
+    assert result["reason"] == "running" and result["changed"] is True
+    monkeypatch.setattr(_teardown_call, "run", lambda *a: {"changed": False, "killed": [], "signals": []})
+    result = _launch_exec.run(params(tmp_path, teardown=dict(TEARDOWN)), check_mode=True, diff=False)
+    assert result["changed"] is False

@@ -132,7 +132,8 @@ def test_config_changed_lists_each_difference():
     assert '"--reasoning-parser": "qwen3"' in plan.diff["before"]
     assert '"--reasoning-parser": "kimi_k2"' in plan.diff["after"]
     real = decide(facts(False, CHANGED))
-    assert real.failure == real.message + "; stop it first with sglang_teardown - sglang_launch never stops a server"
+    assert real.failure == real.message + ("; stop it first with sglang_teardown, or give sglang_launch `teardown` - "
+                                           "without it sglang_launch never stops a server")
 
 
 def test_unresponsive_names_the_stopped_server_and_keeps_the_probe():
