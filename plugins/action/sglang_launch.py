@@ -15,7 +15,6 @@ for a human stdout callback only.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Dict, Mapping
 
 from ansible.plugins.action import ActionBase
@@ -60,7 +59,7 @@ class ActionModule(ActionBase):
         who = P.host_label(task_vars, self._play_context.remote_addr, str(args.get("name") or "sglang") + " teardown")
         check_mode = bool(self._play_context.check_mode)
         if show and not check_mode and T.args_valid(stop, _teardown_spec()):
-            display.display("%s: %s" % (who, T.before_line(stop, time.time())))
+            display.display("%s: %s" % (who, T.deferred_line(stop)))
         try:
             if isinstance(spec, dict):
                 spec = dict(spec, holder=L.holder(task_vars))  # what `execute` sends from here on

@@ -33,6 +33,10 @@ def host_state(data: Mapping[str, Any]) -> str:
     if rollback.get("attempted"):
         return "DOWN (no server: the rollback failed too)"
     stopped = _ran(td) and not td.get("failed")
+    if failed and _ran(td) and td.get("failed") and (td.get("killed") or td.get("survivors")):
+        # it signalled before it failed: some of the old server may be gone, some left (survivors)
+        return "FAILED in the teardown: the old server is partly stopped (%d still alive)" % len(
+            td.get("survivors") or [])
     if failed and not stopped:
         return "FAILED, nothing was stopped: serving %s" % (
             "OLD config (untouched)" if plan.get("record", {}).get("pid") else "nothing (no server was running)")

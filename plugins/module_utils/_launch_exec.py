@@ -299,46 +299,53 @@ def prewarm(model_path: str, spec: Mapping[str, Any]) -> Dict[str, Any]:
                 "msg": "prewarm: %s" % _exit.os_error_message(exc)}
 
 
-def teardown_request(req: Request) -> Optional[_teardown_call.Request]:
-    """The `teardown` option, validated before anything is looked at (None: not asked)."""
-    spec = req.params.get("teardown")
-    if not spec:
-        return None
-    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
-    return _teardown_call.prepare(spec, req.name, req.state_dir, req.params["gpu_backend"])
+def _kept_report(req: Request, check_mode: bool) -> _launch_plan.Facts:
+    """The facts read before a teardown; the preflight report keeps what they add only when
+    they refuse the launch (the facts are read again after the teardown)."""
+    report = req.pf.report
+    saved = (list(report.checks), list(report.errors), list(report.warnings))
+    facts = gather(req, check_mode)
+    if not facts.preflight_errors:
+        report.checks[:], report.errors[:], report.warnings[:] = saved
+    return facts
 
 
-def teardown_first(stop: _teardown_call.Request, check_mode: bool, diff: bool,
-                   warn: Callable[[str], None]) -> Dict[str, Any]:
-    """The teardown's result; its failure fails the launch with the teardown's reason, its
-    result under `teardown` (failed), and nothing started."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
-    try:
-        return _teardown_call.run(stop, check_mode, diff, warn)
-    except SglangError as exc:
-        reason = exc.details.get("reason") or "teardown_failed"
-        details = dict(exc.details, failed=True, msg=exc.msg, reason=reason)
-        raise SglangError("teardown before the launch failed: %s; nothing was started" % exc.msg, reason=reason,
-                          teardown=details) from None
+def facts_for(req: Request, stop: Optional[_teardown_call.Request], check_mode: bool, diff: bool,
+              warn: Callable[[str], None], partial: Dict[str, Any]) -> _launch_plan.Facts:
+    """The decision's facts. With a teardown (once the preflight passed): read with the old
+    server still running first - a port holder the launch would refuse refuses before anything
+    is stopped - then the teardown (its result into `partial`), then read again (check mode:
+    nothing changed, the first reading stands)."""
+    if stop is None or req.pf.report.errors:
+        return gather(req, check_mode)
+    from ansible_collections.llmops.sglang.plugins.module_utils import _launch_replace
+
+    before = _kept_report(req, check_mode)
+    if before.preflight_errors:
+        return before
+    partial["teardown"] = _launch_replace.run_first(stop, check_mode, diff, warn)
+    return before if check_mode else gather(req, check_mode)
 
 
 def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
         warn: Callable[[str], None] = lambda _text: None) -> Dict[str, Any]:
     """The module's work: a result, or SglangError carrying the result so far."""
     req = prepare(p, check_mode)
-    stop = teardown_request(req)
+    stop = None
+    if p.get("teardown") and not req.pf.report.errors:  # a failed preflight stops nothing: no teardown to check
+        from ansible_collections.llmops.sglang.plugins.module_utils import _launch_replace
+        stop = _launch_replace.request(req)
     partial = base_result(req)
     try:
         taken = operation_lock(req)
         if taken is not None:
             partial["operation_lock"] = taken
         with _instance_lock(req, take=not check_mode and not req.pf.report.errors, stop=stop):
-            if stop is not None and not req.pf.report.errors:
-                partial["teardown"] = teardown_first(stop, check_mode, diff, warn)
-            decision = _launch_plan.decide(gather(req, check_mode))
+            decision = _launch_plan.decide(facts_for(req, stop, check_mode, diff, warn, partial))
             partial = result = outcome(partial, req.pf.report, decision, diff)
-            if (result.get("teardown") or {}).get("changed"):
-                result["changed"] = True  # check mode: what runs now is decided on, the teardown would stop it
+            if stop is not None:
+                from ansible_collections.llmops.sglang.plugins.module_utils import _launch_replace
+                _launch_replace.merge(result, diff)
             if decision.action == _launch_plan.REFUSE:
                 raise SglangError(decision.failure or decision.message, reason=decision.reason)
             if decision.action == _launch_plan.LAUNCH and not check_mode:
@@ -351,8 +358,8 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
             return result
     except SglangError as exc:
         raise _carrying(exc, partial) from None
-    except Exception as exc:  # an operation lock taken above must reach the caller, who gives it back
-        if "operation_lock" not in partial:
+    except Exception as exc:  # a lock taken or a server stopped above must reach the caller (give back, roll back)
+        if "operation_lock" not in partial and "teardown" not in partial:
             raise
         fields = _exit.failure(exc, "sglang_launch")
         raise _carrying(SglangError(fields.pop("msg"), **fields), partial) from None

@@ -18,6 +18,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils import _teardown
 from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._targets import Scope, build_scope
 
+
 @dataclass(frozen=True)
 class Request:
     """A validated teardown: what it selects and how it signals, waits and cleans up."""

@@ -41,6 +41,15 @@ def before_line(args: Mapping[str, Any], now: float) -> str:
                                                 time.strftime("%H:%M:%S", time.localtime(now + grace + timeout))))
 
 
+def deferred_line(args: Mapping[str, Any]) -> str:
+    """Before a launch whose call stops the old server first: the teardown starts only after the
+    launch's preflight (which can take minutes, and can refuse), so no clock times."""
+    grace = _seconds(args.get("grace_period"), GRACE_DEFAULT_S)
+    timeout = _seconds(args.get("timeout"), TIMEOUT_DEFAULT_S)
+    return ("once the preflight passes: SIGTERM, SIGKILL after the %s grace period to what is left, "
+            "then at most %s more; the launch follows" % (P.duration(grace), P.duration(timeout)))
+
+
 def args_valid(args: Mapping[str, Any], spec: Optional[Mapping[str, Any]] = None) -> bool:
     """Do the arguments pass the argument spec (default: sglang_teardown's own)? A task the
     module will refuse at once gets no line that announces signals (the module's failure says it

@@ -66,13 +66,13 @@ TEARDOWN = dict(ports=[], gpus=None, patterns=[], sglang_processes=False, all_us
                 purge_paths=[])
 
 
-def _passing_preflight(monkeypatch) -> None:
+def _passing_preflight(monkeypatch, **kw: Any) -> None:
     """A preflight that passes without an interpreter (the launch's own checks are tested elsewhere)."""
     from ansible_collections.llmops.sglang.plugins.module_utils import _preflight
 
     monkeypatch.setattr(_launch_exec, "preflight",
                         lambda p, dirs, check_mode: _launch_exec.Preflight(report=_preflight.Report(), port=p["port"],
-                                                                           tp_size=1))
+                                                                           tp_size=1, **kw))
 
 
 def _no_spawn(req):
@@ -84,7 +84,13 @@ def test_a_failed_teardown_fails_the_launch_with_its_reason_and_starts_nothing(t
 
     _passing_preflight(monkeypatch)
     monkeypatch.setattr(_launch_exec, "spawn", _no_spawn)
-    monkeypatch.setattr(_launch_exec, "gather", lambda req, check_mode: pytest.fail("decided after a failed teardown"))
+    real_gather, reads = _launch_exec.gather, []
+
+    def gather(req, check_mode):  # read once, before the teardown; never after a failed one
+        reads.append(check_mode)
+        assert len(reads) == 1, "decided after a failed teardown"
+        return real_gather(req, check_mode)
+    monkeypatch.setattr(_launch_exec, "gather", gather)
 
     def survived(req, check_mode, diff, warn):
         raise SglangError("1 process survived SIGKILL: pid 4242", reason="survivors", killed=[],
@@ -93,7 +99,9 @@ def test_a_failed_teardown_fails_the_launch_with_its_reason_and_starts_nothing(t
     with pytest.raises(SglangError) as caught:
         _launch_exec.run(params(tmp_path, teardown=dict(TEARDOWN)), check_mode=False, diff=False)
     exc = caught.value
+    assert reads == [False]
     assert exc.details["reason"] == "survivors" and "nothing was started" in exc.msg
+    assert exc.details["changed"] is True  # it signalled: something was done
     assert "survived SIGKILL" in exc.msg
     td = exc.details["teardown"]
     assert td["failed"] is True and td["reason"] == "survivors" and td["survivors"] == [{"pid": 4242}]
@@ -156,3 +164,58 @@ def test_check_mode_is_changed_when_the_teardown_would_stop_a_server_the_launch_
     monkeypatch.setattr(_teardown_call, "run", lambda *a: {"changed": False, "killed": [], "signals": []})
     result = _launch_exec.run(params(tmp_path, teardown=dict(TEARDOWN)), check_mode=True, diff=False)
     assert result["changed"] is False
+
+
+def test_a_port_holder_the_launch_refuses_refuses_before_the_teardown(tmp_path, monkeypatch):
+    """Read with the old server still running: a foreign holder fails the call, nothing stopped."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _launch_plan, _teardown_call
+
+    _passing_preflight(monkeypatch)
+    monkeypatch.setattr(_teardown_call, "run", lambda *a: pytest.fail("stopped although the port refuses the launch"))
+
+    def gather(req, check_mode):
+        req.pf.report.fail("port_holders", "port 30000 is held by pid 99 (user nobody: nc -l 30000) [foreign]")
+        return _launch_plan.Facts(name=req.name, host="127.0.0.1", port=30000, check_mode=check_mode,
+                                  preflight_errors=tuple(req.pf.report.errors), preflight_reason="port_busy")
+    monkeypatch.setattr(_launch_exec, "gather", gather)
+    with pytest.raises(SglangError) as caught:
+        _launch_exec.run(params(tmp_path, teardown=dict(TEARDOWN)), check_mode=False, diff=False)
+    assert caught.value.details["reason"] == "port_busy" and "teardown" not in caught.value.details
+    assert "[foreign]" in caught.value.msg
+
+
+def test_the_report_keeps_one_reading_of_the_port_after_a_teardown(tmp_path, monkeypatch):
+    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+
+    _passing_preflight(monkeypatch)
+    monkeypatch.setattr(_teardown_call, "run", lambda *a: {"changed": False, "killed": []})
+    monkeypatch.setattr(_launch_exec, "spawn", lambda req: {"pid": 1, "log_path": "/x", "containment": "none"})
+    monkeypatch.setattr(_launch_exec._outputdirs, "create", lambda dirs: [])
+    result = _launch_exec.run(params(tmp_path, teardown=dict(TEARDOWN)), check_mode=False, diff=False)
+    names = [c["name"] for c in result["preflight"]["checks"]]
+    assert names.count("port_free") == 1, names
+
+
+def test_a_purge_path_holding_what_the_launch_needs_is_refused(tmp_path, monkeypatch):
+    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+
+    model = tmp_path / "models" / "m"
+    model.mkdir(parents=True)
+    _passing_preflight(monkeypatch, model_path=str(model))
+    monkeypatch.setattr(_teardown_call, "run", lambda *a: pytest.fail("emptied what the launch needs"))
+    for purge in (tmp_path / "models", model):
+        with pytest.raises(SglangError) as caught:
+            _launch_exec.run(params(tmp_path, model_path=str(model), teardown=dict(TEARDOWN, purge_paths=[str(purge)])),
+                             check_mode=False, diff=False)
+        assert caught.value.details["reason"] == "bad_purge_path" and str(model) in caught.value.msg
+
+
+def test_the_teardowns_diff_comes_first(tmp_path, monkeypatch):
+    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+
+    _passing_preflight(monkeypatch)
+    monkeypatch.setattr(_teardown_call, "run", lambda *a: {"changed": True, "killed": [],
+                                                           "diff": {"before": "pid 7\n", "after": ""}})
+    result = _launch_exec.run(params(tmp_path, teardown=dict(TEARDOWN)), check_mode=True, diff=True)
+    assert isinstance(result["diff"], list) and result["diff"][0] == {"before": "pid 7\n", "after": ""}
+    assert result["diff"][1]["after_header"] == "requested server" and "diff" not in result["teardown"]

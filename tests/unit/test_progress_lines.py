@@ -95,3 +95,10 @@ def test_teardown_line_before_names_the_grace_deadline():
     line = T.before_line({"grace_period": "20", "timeout": 60}, 0.0)
     assert line.startswith("SIGTERM now, SIGKILL after the 20s grace period (about ")
     assert T.what({"ports": [8000, 8001]}) == "ports 8000,8001" and T.what({}) == "teardown"
+
+
+def test_a_launch_announces_its_teardown_without_clock_times():
+    line = T.deferred_line({"grace_period": 30, "timeout": "90"})
+    assert line.startswith("once the preflight passes: SIGTERM, SIGKILL after the 30s grace period")
+    assert "then at most 1m30s more" in line and ":" not in line.split(": ", 1)[1]
+    assert "30s grace" in T.deferred_line({})

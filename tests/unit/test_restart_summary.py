@@ -90,3 +90,13 @@ def test_a_failed_proof_of_work_is_not_called_a_failed_start() -> None:
     assert "ready: yes (its log, port owner, configuration and health), but the proof of work failed (work_failed)" \
         in lines
     assert "verify: FAILED: no new file appeared" in lines
+
+
+def test_a_teardown_that_failed_after_signalling_is_not_called_untouched():
+    td = {"failed": True, "reason": "survivors", "targets": [{"pid": 5}, {"pid": 6}],
+          "killed": [{"pid": 5, "name": "python3", "signal": "SIGTERM"}], "survivors": [{"pid": 6}]}
+    data = {"plan": {"changed": True, "record": {"pid": 5}}, "teardown": td,
+            "failed_task": "Launch the new server, once the old one is stopped and proven gone (one call)"}
+    assert host_state(data) == "FAILED in the teardown: the old server is partly stopped (1 still alive)"
+    refused = dict(td, killed=[], survivors=[])  # refused before any signal: untouched
+    assert host_state(dict(data, teardown=refused)) == "FAILED, nothing was stopped: serving OLD config (untouched)"
