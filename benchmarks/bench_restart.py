@@ -275,9 +275,9 @@ def report(data: Dict[str, Any], fig_dir: str = "", fig_prefix: str = "") -> Dic
           "LEAN is this checkout with `sglang_restart_prewarm: false` and `sglang_settle: 0`: without the two "
           "steps NEW added after OLD (OLD does neither), so LEAN/OLD is the cost of the code alone - restart "
           "overhead %s, no-op %s, restart %s. NEW - LEAN is what the prewarm (on the emulator's small model "
-          "little reading; done by the plan's own module call) and the 2 s settle window cost. NEW runs 4 "
+          "little reading; done by the plan's own module call) and the 2 s settle window cost. NEW runs 3 "
           "module tasks per restart (the plan takes the operation lock and warms the weights in its call, the "
-          "ready call gives the lock back), 2 per no-op." % tuple(
+          "teardown runs in the launch's call, the ready call gives the lock back), 2 per no-op." % tuple(
               _fmt_ratio(lean.get(k)) for k in ("overhead", "noop", "restart"))]
     if fails:
         md.append("")
