@@ -237,6 +237,31 @@ def log_dir(tmp_path) -> str:
     return str(path)
 
 
+@pytest.fixture
+def model_dir(tmp_path) -> str:
+    """A local model directory as the preflight wants it (config.json)."""
+    path = tmp_path / "model"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    return str(path)
+
+
+@pytest.fixture
+def launched() -> Iterator[List[Dict[str, Any]]]:
+    """Launch records a test appends; each server is stopped after the test by its cgroup
+    (contained launches) and by its process group."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _containment
+
+    records: List[Dict[str, Any]] = []
+    yield records
+    for record in records:
+        _containment.stop(record, grace_period=5, deadline=time.monotonic() + 20)
+        try:
+            os.killpg(record["pgid"], signal.SIGKILL)
+        except (OSError, KeyError, TypeError):
+            pass
+
+
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -9,12 +9,11 @@ import json
 import os
 import signal
 import socket
-import time
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _containment, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils import _procs
 from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
 
 API_KEY = "sk-test-4f9a1c2e7b"
@@ -29,20 +28,6 @@ def model_dir(tmp_path) -> str:
     path.mkdir()
     (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     return str(path)
-
-
-@pytest.fixture
-def launched() -> List[Dict[str, Any]]:
-    """Records of launched servers: each is stopped by its cgroup (contained launches: containment
-    auto picks cgroup where this user can write cgroup v2) and by its process group."""
-    records: List[Dict[str, Any]] = []
-    yield records
-    for record in records:
-        _containment.stop(record, grace_period=5, deadline=time.monotonic() + 20)
-        try:
-            os.killpg(record["pgid"], signal.SIGKILL)
-        except (OSError, KeyError, TypeError):
-            pass
 
 
 def _args(venv: str, model: str, state_dir: str, log_dir: str, port: int, **extra: Any) -> Dict[str, Any]:

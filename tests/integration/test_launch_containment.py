@@ -7,7 +7,6 @@ Every instance started here has a unique name and is stopped by its cgroup
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -32,14 +31,6 @@ def _mount() -> str:
     mount = _cgroup.v2_mount()
     assert mount is not None
     return mount
-
-
-@pytest.fixture
-def model_dir(tmp_path) -> str:
-    path = tmp_path / "model"
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    return str(path)
 
 
 @pytest.fixture

@@ -3,43 +3,19 @@ server and proves it gone, then launches - only after the launch's own preflight
 mode and bad teardown options stop nothing.
 
 Scoped to this test's instance: the teardown selects by launch record and the test's port
-(sglang_processes off); every server started here is stopped in `finally` (fixture `launched`).
+(sglang_processes off); every server started here is stopped after the test (fixture `launched`).
 """
 from __future__ import annotations
 
 import json
 import os
-import signal
-import time
-from typing import Any, Dict, List
+from typing import Any, Dict
 
-import pytest
-
-from ansible_collections.llmops.sglang.plugins.module_utils import _containment, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils import _procs
 from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
 
 READY = "The server is fired up and ready to roll!"
 EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}
-
-
-@pytest.fixture
-def model_dir(tmp_path) -> str:
-    path = tmp_path / "model"
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    return str(path)
-
-
-@pytest.fixture
-def launched() -> List[Dict[str, Any]]:
-    records: List[Dict[str, Any]] = []
-    yield records
-    for record in records:
-        _containment.stop(record, grace_period=5, deadline=time.monotonic() + 20)
-        try:
-            os.killpg(record["pgid"], signal.SIGKILL)
-        except (OSError, KeyError, TypeError):
-            pass
 
 
 def _args(emulator_python: str, model: str, state_dir: str, log_dir: str, port: int, **extra: Any) -> Dict[str, Any]:
