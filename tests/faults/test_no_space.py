@@ -5,7 +5,6 @@ case mounts a small tmpfs of its own (root only), fills it, and unmounts it afte
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Iterator
 
@@ -24,14 +23,6 @@ def mounts() -> Iterator[list]:
     yield paths
     for path in reversed(paths):
         tmpfs.unmount(path)
-
-
-@pytest.fixture
-def model_dir(tmp_path) -> str:
-    path = tmp_path / "model"
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    return str(path)
 
 
 def _args(emulator_python: str, model_dir: str, state_dir: str, log_dir: str, **extra):

@@ -21,14 +21,6 @@ API_KEY = "unresp-key-0c5e19d2"
 
 
 @pytest.fixture
-def model_dir(tmp_path) -> str:
-    path = tmp_path / "model"
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    return str(path)
-
-
-@pytest.fixture
 def launched() -> Iterator[List[Dict[str, Any]]]:
     records: List[Dict[str, Any]] = []
     yield records

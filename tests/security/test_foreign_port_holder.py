@@ -7,7 +7,6 @@ fail (`port_busy`, the holder named and labelled foreign) so nothing is stopped;
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -21,14 +20,6 @@ EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS
 
 def _python3() -> str:
     return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-
-
-@pytest.fixture
-def model_dir(tmp_path) -> str:
-    path = tmp_path / "model"
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    return str(path)
 
 
 def _launch_args(emulator_python: str, model_dir: str, tmp_path, port: int, **extra):
