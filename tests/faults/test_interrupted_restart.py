@@ -32,15 +32,6 @@ def _record(hv: dict) -> str:
     return os.path.join(hv["sglang_state_dir"], "%s.json" % hv["sglang_name"])
 
 
-@pytest.fixture
-def one_host(tmp_path):
-    hv = play_runs.host_vars(str(tmp_path), "h1")
-    inv = play_runs.write_inventory(str(tmp_path / "inventory.yml"), {"h1": hv})
-    yield inv, hv
-    down = play_runs.teardown(inv)
-    assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]
-
-
 def _interrupt_during_ready(inv: str, hv: dict, log: str, how: str) -> None:
     """Start restart_serving.yml with a slow server; once it has launched (lock taken, launch
     record written) interrupt it like an operator (SIGINT to the group) or the OOM killer."""

@@ -262,6 +262,19 @@ def launched() -> Iterator[List[Dict[str, Any]]]:
             pass
 
 
+@pytest.fixture
+def one_host(tmp_path) -> Iterator[Any]:
+    """(inventory path, host vars) of one localhost alias with its own instance (helpers.play_runs);
+    its servers are torn down by the teardown playbook after the test, which must succeed."""
+    from helpers import play_runs
+
+    hv = play_runs.host_vars(str(tmp_path), "h1")
+    inv = play_runs.write_inventory(str(tmp_path / "inventory.yml"), {"h1": hv})
+    yield inv, hv
+    down = play_runs.teardown(inv)
+    assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]
+
+
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

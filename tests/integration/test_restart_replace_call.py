@@ -5,23 +5,12 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
-
 from helpers import play_runs
 from helpers.fixtures import wait_for
 from ansible_collections.llmops.sglang.plugins.module_utils import _procs
 
 ONE_CALL = "Launch the new server, once the old one is stopped and proven gone (one call)"
 ALONE = "Tear down the old server and prove it is gone"
-
-
-@pytest.fixture
-def host(tmp_path):
-    hv = play_runs.host_vars(str(tmp_path), "h1")
-    inv = play_runs.write_inventory(str(tmp_path / "inventory.yml"), {"h1": hv})
-    yield inv, hv
-    down = play_runs.teardown(inv)
-    assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]
 
 
 def _record(hv: dict):
@@ -36,8 +25,8 @@ def _task_status(out: str, title: str) -> str:
     return next(line for line in lines[start + 1:] if line.split(":")[0] in ("ok", "changed", "skipping", "fatal"))
 
 
-def test_a_config_change_is_replaced_in_one_call_and_tags_still_pick_one_step(host):
-    inv, hv = host
+def test_a_config_change_is_replaced_in_one_call_and_tags_still_pick_one_step(one_host):
+    inv, hv = one_host
     first = play_runs.play(inv, "restart_serving.yml")
     assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
     old = _record(hv)

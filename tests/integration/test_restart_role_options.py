@@ -7,28 +7,17 @@ import os
 import re
 import sys
 
-import pytest
-
 from helpers import play_runs
 from helpers.fixtures import wait_for
 from ansible_collections.llmops.sglang.plugins.module_utils import _http
-
-
-@pytest.fixture
-def host(tmp_path):
-    hv = play_runs.host_vars(str(tmp_path), "h1")
-    inv = play_runs.write_inventory(str(tmp_path / "inventory.yml"), {"h1": hv})
-    yield inv, hv
-    down = play_runs.teardown(inv)
-    assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]
 
 
 def _record_exists(hv: dict) -> bool:
     return os.path.exists(os.path.join(hv["sglang_state_dir"], "%s.json" % hv["sglang_name"]))
 
 
-def test_foreign_port_holder_fails_by_default_and_is_stopped_with_kill(host, spawn, tmp_path):
-    inv, hv = host
+def test_foreign_port_holder_fails_by_default_and_is_stopped_with_kill(one_host, spawn, tmp_path):
+    inv, hv = one_host
     port = hv["sglang_port"]
     holder = spawn.start([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
                          cwd=str(tmp_path))
@@ -47,8 +36,8 @@ def test_foreign_port_holder_fails_by_default_and_is_stopped_with_kill(host, spa
     assert _http.request("127.0.0.1", port, "/health", timeout=5).status == 200
 
 
-def test_min_free_mb_and_settle_reach_the_modules(host):
-    inv, hv = host
+def test_min_free_mb_and_settle_reach_the_modules(one_host):
+    inv, hv = one_host
     full = play_runs.play(inv, "restart_serving.yml", "-e", "sglang_min_free_mb=1000000000")
     out = full.stdout + full.stderr
     assert full.returncode != 0 and "no_space" in out, out[-3000:]
@@ -59,8 +48,8 @@ def test_min_free_mb_and_settle_reach_the_modules(host):
     assert re.search(r"settle: 0\.7\b", out), out[-3000:]
 
 
-def test_spawn_timeout_reaches_the_module(host):
-    inv, hv = host
+def test_spawn_timeout_reaches_the_module(one_host):
+    inv, hv = one_host
     run = play_runs.play(inv, "restart_serving.yml", "-e", "sglang_spawn_timeout=-1")
     out = run.stdout + run.stderr
     assert run.returncode != 0 and "spawn_timeout must be a positive number" in out, out[-3000:]

@@ -29,14 +29,6 @@ def _python3() -> str:
     return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
-@pytest.fixture
-def model_dir(tmp_path) -> str:
-    path = tmp_path / "model"
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    return str(path)
-
-
 def _args(emulator_python: str, model_dir: str, tmp_path, port: int, **extra):
     args = {"name": "rotate", "venv": os.path.dirname(os.path.dirname(emulator_python)),
             "model_path": model_dir, "port": port, "state_dir": str(tmp_path / "state"),
