@@ -7,7 +7,7 @@ of sglang_teardown and of sglang_launch (whose `teardown` option stops the old s
 from __future__ import annotations
 
 import time
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
 
@@ -32,10 +32,13 @@ def _seconds(value: Any, default: float) -> float:
         return default
 
 
+def _grace_and_timeout(args: Mapping[str, Any]) -> Tuple[float, float]:
+    return (_seconds(args.get("grace_period"), GRACE_DEFAULT_S), _seconds(args.get("timeout"), TIMEOUT_DEFAULT_S))
+
+
 def before_line(args: Mapping[str, Any], now: float) -> str:
     """`SIGTERM now, SIGKILL after the 30s grace period (about 10:42:31) to what is left; ...`."""
-    grace = _seconds(args.get("grace_period"), GRACE_DEFAULT_S)
-    timeout = _seconds(args.get("timeout"), TIMEOUT_DEFAULT_S)
+    grace, timeout = _grace_and_timeout(args)
     return ("SIGTERM now, SIGKILL after the %s grace period (about %s) to what is left; "
             "done by about %s at the latest" % (P.duration(grace), time.strftime("%H:%M:%S", time.localtime(now + grace)),
                                                 time.strftime("%H:%M:%S", time.localtime(now + grace + timeout))))
@@ -44,8 +47,7 @@ def before_line(args: Mapping[str, Any], now: float) -> str:
 def deferred_line(args: Mapping[str, Any]) -> str:
     """Before a launch whose call stops the old server first: the teardown starts only after the
     launch's preflight (which can take minutes, and can refuse), so no clock times."""
-    grace = _seconds(args.get("grace_period"), GRACE_DEFAULT_S)
-    timeout = _seconds(args.get("timeout"), TIMEOUT_DEFAULT_S)
+    grace, timeout = _grace_and_timeout(args)
     return ("once the preflight passes: SIGTERM, SIGKILL after the %s grace period to what is left, "
             "then at most %s more; the launch follows" % (P.duration(grace), P.duration(timeout)))
 

@@ -249,17 +249,23 @@ def model_dir(tmp_path) -> str:
 @pytest.fixture
 def launched() -> Iterator[List[Dict[str, Any]]]:
     """Launch records a test appends; each server is stopped after the test by its cgroup
-    (contained launches) and by its process group."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _containment
+    (contained launches) and by its process group, and its instance cgroup emptied and removed."""
+    from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _containment
 
     records: List[Dict[str, Any]] = []
     yield records
+    mount = _cgroup.v2_mount()
     for record in records:
         _containment.stop(record, grace_period=5, deadline=time.monotonic() + 20)
         try:
             os.killpg(record["pgid"], signal.SIGKILL)
         except (OSError, KeyError, TypeError):
             pass
+        path = _cgroup.instance_path(mount, record["name"]) if mount else None
+        if path and os.path.isdir(path):
+            _cgroup.kill(path)
+            _cgroup.wait_empty(path, time.monotonic() + 10)
+            _cgroup.remove(path)
 
 
 @pytest.fixture

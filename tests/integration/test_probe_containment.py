@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import time
 import uuid
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import pytest
 
@@ -23,23 +21,6 @@ READY = "The server is fired up and ready to roll!"
 
 pytestmark = pytest.mark.skipif(not _containment.choose("auto")[0] == "cgroup",
                                 reason="needs cgroup v2 writable by this user and PID 1 not systemd")
-
-
-@pytest.fixture
-def launched() -> Iterator[List[Dict[str, Any]]]:
-    records: List[Dict[str, Any]] = []
-    yield records
-    for record in records:
-        _containment.stop(record, grace_period=5, deadline=time.monotonic() + 20)
-        try:
-            os.killpg(record["pgid"], signal.SIGKILL)
-        except (OSError, KeyError, TypeError):
-            pass
-        path = _cgroup.instance_path(_cgroup.v2_mount(), record["name"])
-        if os.path.isdir(path):
-            _cgroup.kill(path)
-            _cgroup.wait_empty(path, time.monotonic() + 10)
-            _cgroup.remove(path)
 
 
 def _launch(emulator_python: str, tmp_path, launched: List[Dict[str, Any]], containment: str) -> Dict[str, Any]:
