@@ -39,9 +39,13 @@ from typing import Any, Dict, List
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
 
-from ansible_collections.llmops.sglang.plugins.module_utils import (  # noqa: E402
-    _cgroup, _containment, _launcher, _procs, _record, _teardown)
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import Scope  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import Scope  # noqa: E402
 
 TP = 8
 GRACE = 3.0

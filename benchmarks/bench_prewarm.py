@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
 
 from helpers import pagecache as pc  # noqa: E402
-from ansible_collections.llmops.sglang.plugins.module_utils import _prewarm  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._prewarm import _prewarm  # noqa: E402
 
 MIB = 1 << 20
 READ_CHUNK = 16 * MIB

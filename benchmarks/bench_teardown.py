@@ -33,7 +33,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 import common as C
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
 VARIANTS = ["honours", "ignores", "escape", "leak_shm"]
 VLABEL = {"honours": "honours SIGTERM", "ignores": "ignores SIGTERM", "escape": "escaped child",

@@ -36,7 +36,9 @@ from helpers import fixtures  # noqa: E402
 free_port = fixtures.free_port
 run_module = fixtures.run_module
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _record, _redact  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact  # noqa: E402
 
 EMU_VENV = os.path.join(ROOT, ".venv-emulator")
 EMU_PY = os.path.join(EMU_VENV, "bin", "python")

@@ -31,7 +31,7 @@ display = Display()
 
 
 def _teardown_spec() -> Dict[str, Any]:
-    from ansible_collections.llmops.sglang.plugins.module_utils._options import teardown
+    from ansible_collections.llmops.sglang.plugins.module_utils._core._options import teardown
     return teardown()
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _progress
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _progress
 from ansible_collections.llmops.sglang.plugins.plugin_utils._sliced_action import SlicedAction
 
 MODULE = "llmops.sglang.sglang_ready"

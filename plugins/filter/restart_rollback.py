@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import MASK
+from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import MASK
 
 
 def _flag(key: str) -> str:

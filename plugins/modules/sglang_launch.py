@@ -654,9 +654,14 @@ if __name__ == "__main__":
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _containment, _deps, _exit, _launch_exec, _options, _preflight, _redact)
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_exec
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _preflight
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 
 def _warn(module: AnsibleModule, result: Dict[str, Any]) -> None:

@@ -162,8 +162,11 @@ if __name__ == "__main__":
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _lock, _options, _record
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 
 def _present(module: AnsibleModule, state_dir: str) -> dict:

@@ -281,7 +281,9 @@ from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _deps, _exit, _prewarm
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
+from ansible_collections.llmops.sglang.plugins.module_utils._prewarm import _prewarm
 
 
 def argument_spec() -> Dict[str, Any]:

@@ -357,9 +357,11 @@ if __name__ == "__main__":
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _options, _probe
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import redact_result
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
+from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import redact_result
 
 
 def _body(module):

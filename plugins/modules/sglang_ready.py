@@ -523,9 +523,15 @@ if __name__ == "__main__":
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _lock, _logpatterns, _options, _readiness, _record
-from ansible_collections.llmops.sglang.plugins.module_utils import _timeline_store, _workproof
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _logpatterns
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
+from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _readiness
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _timeline_store
+from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _workproof
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 SETTLE_MAX_S = 600.0
 SLICE_MAX_S = 600.0

@@ -197,7 +197,9 @@ from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _options, _router
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
+from ansible_collections.llmops.sglang.plugins.module_utils._fleet import _router
 
 
 def argument_spec() -> Dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 from ansible.errors import AnsibleActionFail
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _lock
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
 
 LOCK_MODULE = "llmops.sglang.sglang_lock"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _progress
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _progress
 
 PROGRESS_ENV = "LLMOPS_SGLANG_PROGRESS"
 SLICE_DEFAULT_S = 10.0

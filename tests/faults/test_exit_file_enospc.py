@@ -15,8 +15,10 @@ from typing import Iterator, List
 import pytest
 
 from helpers import tmpfs as tmpfs_helper
-from ansible_collections.llmops.sglang.plugins.module_utils import _launcher, _procs, _record
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from helpers.fixtures import TEST_MARKER, TEST_RUN_ID, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")

@@ -18,7 +18,8 @@ import pytest
 
 from helpers import play_runs
 from helpers.fixtures import ROOT, wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _http, _lock
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
 
 # the demo inventory's server environment, with slow startup phases (time to interrupt)
 SLOW_ENV = dict(play_runs.demo_vars()["sglang_env"], SGLANG_EMULATOR_PHASE_SECONDS="1.5")

@@ -18,7 +18,8 @@ import pytest
 from helpers import tmpfs
 from helpers import play_runs
 from helpers.fixtures import wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _http, _lock
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
 
 
 def _lock_file(hv: dict) -> str:

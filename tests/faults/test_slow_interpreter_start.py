@@ -16,8 +16,10 @@ import sys
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _launcher, _procs, _record
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from helpers.fixtures import TEST_MARKER, TEST_RUN_ID, free_port, marked_pids, run_module, wait_for
 
 READY = "The server is fired up and ready to roll!"

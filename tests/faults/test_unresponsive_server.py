@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
 
 EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}

@@ -58,8 +58,11 @@ if not os.path.isdir(os.path.join(ROOT, "collections", "ansible_collections", "l
 
 import psutil  # noqa: E402
 
-from ansible_collections.llmops.sglang.plugins.module_utils import (  # noqa: E402
-    _cgroup, _containment, _launcher, _prewarm, _procs)
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._prewarm import _prewarm
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
 T0 = time.monotonic()
 WORK = os.environ.get("CPW_WORK") or "/tmp/llmops-cpw"

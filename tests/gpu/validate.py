@@ -504,7 +504,7 @@ def machine_info() -> Dict[str, Any]:
 
 
 def smi_baseline() -> List[int]:
-    from ansible_collections.llmops.sglang.plugins.module_utils import _gpus
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
     rep = _gpus.query_gpus("nvidia-smi")
     return [g.memory_used_mib for g in rep.gpus]
 

@@ -111,7 +111,7 @@ def run_module_with(python: str, name: str, args: Dict[str, Any], check_mode: bo
 _DRIVER = r"""
 import json, subprocess, sys, time
 from helpers.bare_python import run_module_with
-from ansible_collections.llmops.sglang.plugins.module_utils import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 spec = json.loads(sys.argv[1])
 server = spec.get("server")
 if server:

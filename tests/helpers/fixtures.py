@@ -250,7 +250,8 @@ def model_dir(tmp_path) -> str:
 def launched() -> Iterator[List[Dict[str, Any]]]:
     """Launch records a test appends; each server is stopped after the test by its cgroup
     (contained launches) and by its process group, and its instance cgroup emptied and removed."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _containment
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
 
     records: List[Dict[str, Any]] = []
     yield records

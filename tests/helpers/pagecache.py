@@ -14,7 +14,7 @@ import shutil
 import uuid
 from typing import Dict, Iterator, List
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _residency
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _residency
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A real disk here (the repo's ignored output dir); /tmp may be tmpfs on other machines.

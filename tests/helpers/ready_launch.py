@@ -7,7 +7,10 @@ import time
 import uuid
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _http, _procs, _record, _redact
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact
 from helpers.fixtures import free_port, run_module
 
 MODEL = "/models/emulated-llama"

@@ -23,7 +23,8 @@ import time
 import uuid
 from typing import List, Optional
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
 SYSTEMD = "/lib/systemd/systemd"
 MASK = ("modprobe@.service systemd-modules-load.service systemd-fsck-root.service systemd-fsck@.service "

@@ -20,10 +20,13 @@ from typing import Any, Dict, List
 ROOT, EMU_PY = sys.argv[1], sys.argv[2]
 sys.path[:0] = [os.path.join(ROOT, "collections"), os.path.join(ROOT, "tests")]
 
-from ansible_collections.llmops.sglang.plugins.module_utils import (  # noqa: E402
-    _cgroup, _containment, _launcher, _procs, _record)
-from ansible_collections.llmops.sglang.plugins.module_utils import _containment_systemd as _systemd  # noqa: E402
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment_systemd as _systemd  # noqa: E402
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError  # noqa: E402
 from helpers.fixtures import free_port  # noqa: E402
 from integration.test_containment import ESCAPER_TITLE, WRAPPER  # noqa: E402
 

@@ -25,8 +25,11 @@ from typing import Any, Dict, Iterator, List, Optional
 import psutil
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _cgroup, _containment, _launcher, _procs, _record)
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from helpers.fixtures import COLLECTIONS, ROOT, TEST_MARKER, TEST_RUN_ID, free_port, run_module, wait_for
 
 ESCAPER_TITLE = "esc-worker"
@@ -223,7 +226,10 @@ def test_an_instance_whose_cgroup_is_already_empty_is_unchanged(emulator_python,
 STRANGER_SCRIPT = r"""
 import json, os, subprocess, sys, time, urllib.request
 sys.path[:0] = json.loads(sys.argv[2])
-from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _containment, _launcher, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 spec = _launcher.LaunchSpec(**json.loads(sys.argv[1]))
 rec = _launcher.spawn(spec)
 pidfile, port = spec.argv[3], int(sys.argv[3])
@@ -304,8 +310,10 @@ def test_a_record_from_the_previous_version_is_still_torn_down(emulator_python, 
 UNPRIVILEGED = r"""
 import json, os, sys, time
 sys.path[:0] = [sys.argv[2], sys.argv[1] + "/site"]
-from ansible_collections.llmops.sglang.plugins.module_utils import _containment, _launcher, _procs
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 backend, why = _containment.choose("auto")
 try:
     _containment.choose("cgroup")

@@ -18,7 +18,7 @@ import pytest
 from helpers.fixtures import ROOT, free_port
 from helpers import browser
 from test_report_browser import browser_tools  # noqa: F401  # pylint: disable=unused-import
-from ansible_collections.llmops.sglang.plugins.module_utils import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 
 DEMO = os.path.join(ROOT, "scripts", "demo.sh")
 # a task banner, its title without the role prefix (the restart's steps may come from the thin roles)

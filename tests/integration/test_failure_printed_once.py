@@ -18,7 +18,7 @@ from typing import Any, Dict
 import pytest
 
 from helpers.fixtures import ROOT, free_port
-from ansible_collections.llmops.sglang.plugins.module_utils import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 
 
 def _play(extra: Dict[str, Any], tmp_path) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ from typing import Any, Dict
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
 
 API_KEY = "sk-test-4f9a1c2e7b"
@@ -188,7 +188,7 @@ def test_serve_entrypoint_and_log_level_override(emulator_python, model_dir, sta
 
 
 def test_relaunch_after_death_and_lock(emulator_python, model_dir, state_dir, log_dir, launched):
-    from ansible_collections.llmops.sglang.plugins.module_utils import _lock
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
 
     args = _args(_emu_venv(emulator_python), model_dir, state_dir, log_dir, free_port(), keep_logs=1)
     first = run_module("sglang_launch", args)

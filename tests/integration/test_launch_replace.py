@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any, Dict
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
 
 READY = "The server is fired up and ready to roll!"

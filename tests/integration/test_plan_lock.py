@@ -12,7 +12,7 @@ from helpers import play_runs
 from helpers.fixtures import ROOT, run_module
 from helpers.warnings import warnings_of
 from test_ready import launch, log_file, ready  # noqa: F401  # pylint: disable=unused-import
-from ansible_collections.llmops.sglang.plugins.module_utils import _lock
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
 
 ME = {"host": "ctl.example.org", "user": "ops", "program": "ansible-playbook", "pid": 4242, "pid_start": 77,
       "boot_id": "b", "machine_id": "m", "pid_ns": "pid:[1]"}

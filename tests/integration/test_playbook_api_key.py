@@ -7,7 +7,7 @@ import subprocess
 import uuid
 
 from helpers.fixtures import ROOT, free_port
-from ansible_collections.llmops.sglang.plugins.module_utils import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 
 KEY = "sk-itest-%s" % uuid.uuid4().hex
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from helpers.fixtures import free_port, run_module, wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 
 # The probe prefers the venv a RUNNING instance uses over any install it finds. On a shared
 # machine another checkout's instance may be running: that answer is right too, when the

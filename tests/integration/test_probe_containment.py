@@ -13,7 +13,9 @@ from typing import Any, Dict, List
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _containment, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
 
 EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}

@@ -15,8 +15,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _http, _procs, _record, _redact
-from ansible_collections.llmops.sglang.plugins.module_utils._logpatterns import PHASE_NAMES
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang._logpatterns import PHASE_NAMES
 from helpers.fixtures import free_port, run_module, wait_for
 
 MODEL = "/models/emulated-llama"

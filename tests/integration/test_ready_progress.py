@@ -15,8 +15,8 @@ import subprocess
 import uuid
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _logpatterns as lp
-from ansible_collections.llmops.sglang.plugins.module_utils import _progress
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _logpatterns as lp
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _progress
 from helpers import ready_launch
 from helpers.fixtures import ROOT, free_port, run_module
 

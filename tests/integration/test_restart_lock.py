@@ -6,7 +6,7 @@ import os
 import stat
 
 from helpers.fixtures import run_module
-from ansible_collections.llmops.sglang.plugins.module_utils import _lock
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
 
 ME = {"host": "ctl.example.org", "user": "ops", "program": "ansible-playbook", "pid": 4242, "pid_start": 77,
       "boot_id": "b", "machine_id": "m", "pid_ns": "pid:[1]"}

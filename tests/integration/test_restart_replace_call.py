@@ -7,7 +7,7 @@ import os
 
 from helpers import play_runs
 from helpers.fixtures import wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
 ONE_CALL = "Launch the new server, once the old one is stopped and proven gone (one call)"
 ALONE = "Tear down the old server and prove it is gone"

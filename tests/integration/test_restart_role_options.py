@@ -9,7 +9,7 @@ import sys
 
 from helpers import play_runs
 from helpers.fixtures import wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 
 
 def _record_exists(hv: dict) -> bool:

@@ -11,7 +11,8 @@ import uuid
 from typing import Any, Dict
 
 from helpers.fixtures import ROOT, free_port
-from ansible_collections.llmops.sglang.plugins.module_utils import _http, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
 MODEL = os.path.join(ROOT, "inventory", "files", "demo-model")
 

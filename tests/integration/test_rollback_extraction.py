@@ -23,7 +23,8 @@ from typing import Any, Dict
 import psutil
 
 from helpers.fixtures import ROOT, free_port, wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _http, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
 OLD_MEM = 0.88  # the playbook's default --mem-fraction-static (the old configuration)
 NEW_MEM = 0.8

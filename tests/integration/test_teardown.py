@@ -13,7 +13,8 @@ from typing import Dict, List, Optional
 import pytest
 
 from helpers.fixtures import free_port, run_module, wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _record
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 
 
 def health(port: int) -> Optional[int]:
@@ -205,7 +206,7 @@ def test_os_errors_end_through_the_one_exit_path(tmp_path, uname):
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
         "import errno\n"
-        "from ansible_collections.llmops.sglang.plugins.module_utils import _teardown\n"
+        "from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown\n"
         "def make_plan(*a, **k):\n"
         "    raise OSError(errno.ENOSPC, 'No space left on device', '/full/state/x.json')\n"
         "_teardown.make_plan = make_plan\n")

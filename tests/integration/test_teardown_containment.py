@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from helpers.fixtures import free_port, run_module
 
 # launched is a fixture: pytest finds it by its name in this module's namespace.

@@ -11,7 +11,7 @@ import subprocess
 import uuid
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from helpers import ready_launch
 from helpers.fixtures import ROOT, run_module
 

@@ -7,7 +7,8 @@ import signal
 import sys
 from typing import Any, List, Optional
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _launcher, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from helpers.fixtures import TEST_MARKER, TEST_RUN_ID
 
 

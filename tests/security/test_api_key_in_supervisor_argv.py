@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 
 from _launchsec import kill_session, sleeper, spec
-from ansible_collections.llmops.sglang.plugins.module_utils import _launcher, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from helpers.fixtures import wait_for
 
 KEY = "sk-sec-7d41c0ffee9b"

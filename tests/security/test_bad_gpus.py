@@ -11,9 +11,10 @@ import uuid
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _procs
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import validate_gpus
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import validate_gpus
 from helpers.fixtures import run_module
 
 

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from helpers import play_runs
-from ansible_collections.llmops.sglang.plugins.module_utils import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 
 
 def _record(hv: dict) -> dict:

@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _record
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from helpers.fixtures import free_port, run_module
 
 # Every file an instance owns is <name> plus one of these: a name ending in one would be another's.

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import uuid
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _procs
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import World, build_scope, select
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import World, build_scope, select
 
 # PID 1 of the outer namespace: a fake server here, another one in a nested namespace, then
 # the module in check mode and for real.
 _SCRIPT = r"""
 import json, os, subprocess, sys, tempfile, time
 from helpers.fixtures import run_module, wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
 token = sys.argv[1]
 pkg = tempfile.mkdtemp()

@@ -17,7 +17,8 @@ import yaml
 
 from helpers import play_runs
 from helpers.fixtures import ROOT, free_port
-from ansible_collections.llmops.sglang.plugins.module_utils import _http, _lock
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
 
 DEMO = os.path.join(ROOT, "scripts", "demo.sh")
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _ports
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
 from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
 
 OLD = "old-rotated-key-7d41c9"

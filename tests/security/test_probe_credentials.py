@@ -15,7 +15,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _ports
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
 from helpers.fixtures import free_port, run_module, wait_for
 
 SECRET = "probe-cred-key-51f0a7c3"

@@ -21,7 +21,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _ports
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
 from helpers.fixtures import free_port, run_module, wait_for
 
 SECRET = "setuid-lookalike-key-0c9d2e"

@@ -68,7 +68,7 @@ def their_venv(shared_tmp, throwaway_user) -> Dict[str, Any]:
 IN_NAMESPACE = r"""
 import json, subprocess, sys
 from helpers.fixtures import free_port, run_module, wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _ports
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
 python, uid, gid, state_dir, shm_dir = sys.argv[1:6]
 port = free_port()
 server = subprocess.Popen(["setpriv", "--reuid=" + uid, "--regid=" + gid, "--clear-groups", "--", python, "-m",

@@ -12,9 +12,9 @@ from typing import Callable, List
 import pytest
 
 from helpers.fixtures import run_module
-from ansible_collections.llmops.sglang.plugins.module_utils import _teardown
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
 
 
 def _scope(state_dir: str):

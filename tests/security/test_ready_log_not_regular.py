@@ -12,7 +12,8 @@ import uuid
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _record
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from helpers.fixtures import free_port, run_module
 
 

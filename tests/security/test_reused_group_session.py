@@ -13,7 +13,8 @@ import subprocess
 import uuid
 
 from helpers.fixtures import run_module, wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _record
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 
 
 def _login_session(spawn) -> subprocess.Popen:
@@ -75,8 +76,9 @@ def test_session_ids_count_for_nothing_once_the_exit_file_exists(spawn, tmp_path
 # Runs as PID 1 of a private PID namespace: forces the target's pid onto a newcomer.
 _REUSE = r"""
 import json, os, signal, sys, time
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _teardown
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
 
 token, PID = sys.argv[1], 300
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import uuid
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _teardown
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
 
 
 def _run(shm: str, all_users: bool, tmp_path) -> dict:

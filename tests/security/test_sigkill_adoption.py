@@ -8,8 +8,9 @@ import sys
 import uuid
 
 from helpers.fixtures import wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _teardown
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
 
 # A target that ignores SIGTERM and keeps children the plan must spare; on SIGTERM it forks a
 # protected child and an ordinary one (processes that appear during the teardown).

@@ -9,7 +9,7 @@ import sys
 import uuid
 
 from helpers.fixtures import ROOT, wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
 PLAY = """
 - hosts: localhost

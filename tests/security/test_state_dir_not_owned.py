@@ -16,8 +16,11 @@ import stat
 import pytest
 
 from _launchsec import kill_session, sleeper, spec
-from ansible_collections.llmops.sglang.plugins.module_utils import _introspect, _launcher, _procs, _record
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _introspect
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from helpers.fixtures import TEST_RUN_ID, free_port, marked_pids, run_module, wait_for
 
 SECRET = b"root's precious file\n"

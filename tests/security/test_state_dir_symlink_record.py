@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _record
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 NAME = "victim"
 

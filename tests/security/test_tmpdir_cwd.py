@@ -7,7 +7,8 @@ import os
 import uuid
 
 from helpers.fixtures import run_module, wait_for
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _record
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 
 
 def test_shell_in_the_tmpdir_and_a_log_writer_are_not_targets(spawn, tmp_path):

@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 MOUNT = _cgroup.v2_mount()
 
@@ -195,7 +195,7 @@ def test_a_cgroup_owned_by_another_user_is_refused(tmp_path) -> None:
 
 NS_HELPER = r"""
 import json, signal, sys
-from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
 print(open("/proc/self/cgroup").read().strip().splitlines()[-1])
 print(json.dumps(_cgroup.signal_members(sys.argv[1], signal.SIGTERM)))
 """

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _cliargs, _logpatterns
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import MASK
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _cliargs
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _logpatterns
+from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import MASK
 
 # The shape _introspect.introspect() returns (subset).
 FLAGS = {

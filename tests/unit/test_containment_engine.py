@@ -13,8 +13,9 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _containment
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 MOUNT = _cgroup.v2_mount()
 # Exits on SIGTERM; forks argv[1] children that do the same; each says "ready" in argv[2].

@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _deps
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
 
 
 def _fake_python(path, has_libs: bool) -> str:

@@ -1,7 +1,7 @@
 """_diagnosis: each rule produces one specific sentence naming what it is about."""
 from __future__ import annotations
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _diagnosis as G
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _diagnosis as G
 
 
 def member(pid, role="scheduler", ppid=10, orphaned=False, state="S", title="sglang::scheduler_TP0"):

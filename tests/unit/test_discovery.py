@@ -6,9 +6,9 @@ from typing import Dict, List
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _discovery as D
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
-from ansible_collections.llmops.sglang.plugins.module_utils._procs import Proc
+from ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery as D
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host._procs import Proc
 
 BASE = 4_000_000  # above pid_max: never a real process
 VENV_PY = "/root/ml-env/bin/python"
@@ -129,7 +129,7 @@ def test_role_of_truncated_comm():
 # --- who may receive an api key ---------------------------------------------------------------
 
 def _sock(*pids: int):
-    from ansible_collections.llmops.sglang.plugins.module_utils._ports import Listener
+    from ansible_collections.llmops.sglang.plugins.module_utils._host._ports import Listener
     return [Listener(8000, "127.0.0.1", "ipv4", 1, [BASE + p for p in pids])]
 
 

@@ -146,7 +146,7 @@ def missing_paths(rel: str) -> List[str]:
             if path and not exists(path):
                 problems.append("%s:%d: names %s, which is not in the repository" % (rel, number, path))
             library = re.fullmatch(r"(_[a-z0-9_]+\.py)", token.strip(TOKEN_STRIP))
-            if library and not os.path.exists(os.path.join(ROOT, "plugins/module_utils", library.group(1))):
+            if library and not glob.glob(os.path.join(ROOT, "plugins/module_utils", "*", library.group(1))):
                 problems.append("%s:%d: names %s, which is not in plugins/module_utils"
                                 % (rel, number, library.group(1)))
     return problems

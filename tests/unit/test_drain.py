@@ -6,9 +6,9 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _drain
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._http import Response
+from ansible_collections.llmops.sglang.plugins.module_utils._fleet import _drain
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._core._http import Response
 
 METRICS = """# HELP sglang:num_running_reqs The number of running requests.
 # TYPE sglang:num_running_reqs gauge

@@ -8,9 +8,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _drain
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._http import Response
+from ansible_collections.llmops.sglang.plugins.module_utils._fleet import _drain
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._core._http import Response
 
 
 class Clock:

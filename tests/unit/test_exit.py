@@ -6,8 +6,8 @@ from typing import Any, Dict, List
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 
 class FakeModule:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _flagcheck as F
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _flagcheck as F
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 
 def flag(name, **kw):

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _gpus
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
 
 MIB = 1024 * 1024
 

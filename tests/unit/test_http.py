@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 import requests
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 
 
 class _Handler(BaseHTTPRequestHandler):

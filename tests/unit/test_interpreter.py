@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _interpreter as I
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _interpreter as I
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 
 def _script(path, text: str) -> str:
@@ -157,8 +157,8 @@ def test_where_is_sglang_excludes_the_interpreter_itself(tmp_path, monkeypatch):
 
 
 def test_in_use_prefers_running_instances_then_dead_records(tmp_path, monkeypatch):
-    from ansible_collections.llmops.sglang.plugins.module_utils import _deps
-    from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import in_use
+    from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import in_use
 
     monkeypatch.setattr(_deps, "untrusted_reason", lambda path, euid=None: None)  # synthetic paths
 
@@ -189,8 +189,8 @@ def test_in_use_prefers_running_instances_then_dead_records(tmp_path, monkeypatc
 
 def test_in_use_never_returns_an_interpreter_another_user_can_replace(monkeypatch):
     """bob's venv is listed apart (with why), never returned as advice, whatever its rank."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _deps
-    from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import in_use
+    from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import in_use
 
     monkeypatch.setattr(_deps, "untrusted_reason", lambda path, euid=None: "owned by user bob (/home/bob)"
                         if path.startswith("/home/bob/") else None)

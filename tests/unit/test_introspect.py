@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _introspect as S
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._interpreter import Interpreter
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _introspect as S
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import Interpreter
 
 SERVER_ARGS = '''
 import argparse, json

@@ -7,8 +7,8 @@ from typing import Any, Dict
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _launch_exec
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_exec
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 
 def params(tmp_path, **kw: Any) -> Dict[str, Any]:
@@ -68,7 +68,7 @@ TEARDOWN = dict(ports=[], gpus=None, patterns=[], sglang_processes=False, all_us
 
 def _passing_preflight(monkeypatch, **kw: Any) -> None:
     """A preflight that passes without an interpreter (the launch's own checks are tested elsewhere)."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _preflight
+    from ansible_collections.llmops.sglang.plugins.module_utils._launch import _preflight
 
     monkeypatch.setattr(_launch_exec, "preflight",
                         lambda p, dirs, check_mode: _launch_exec.Preflight(report=_preflight.Report(), port=p["port"],
@@ -80,7 +80,7 @@ def _no_spawn(req):
 
 
 def test_a_failed_teardown_fails_the_launch_with_its_reason_and_starts_nothing(tmp_path, monkeypatch):
-    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 
     _passing_preflight(monkeypatch)
     monkeypatch.setattr(_launch_exec, "spawn", _no_spawn)
@@ -109,7 +109,7 @@ def test_a_failed_teardown_fails_the_launch_with_its_reason_and_starts_nothing(t
 
 
 def test_the_teardown_runs_only_after_a_passing_preflight(tmp_path, monkeypatch):
-    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 
     monkeypatch.setattr(_teardown_call, "run", lambda *a: pytest.fail("stopped although the preflight failed"))
     with pytest.raises(SglangError) as caught:
@@ -120,7 +120,7 @@ def test_the_teardown_runs_only_after_a_passing_preflight(tmp_path, monkeypatch)
 @pytest.mark.parametrize("bad, reason", [({"grace_period": -1.0}, "bad_option"), ({"patterns": [""]}, "bad_pattern"),
                                          ({"purge_paths": ["/etc"]}, "bad_purge_path")])
 def test_bad_teardown_options_fail_before_anything_is_stopped_or_locked(tmp_path, monkeypatch, bad, reason):
-    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 
     _passing_preflight(monkeypatch)
     monkeypatch.setattr(_teardown_call, "run", lambda *a: pytest.fail("ran a teardown with bad options"))
@@ -132,7 +132,7 @@ def test_bad_teardown_options_fail_before_anything_is_stopped_or_locked(tmp_path
 
 def test_the_teardown_result_and_the_launch_decision_in_one_result(tmp_path, monkeypatch):
     """After a teardown that removed the record, the launch decides on what is left: nothing."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 
     _passing_preflight(monkeypatch)
     calls = []
@@ -153,7 +153,8 @@ def test_the_teardown_result_and_the_launch_decision_in_one_result(tmp_path, mon
 def test_check_mode_is_changed_when_the_teardown_would_stop_a_server_the_launch_keeps(tmp_path, monkeypatch):
     """Check mode decides on the server as it runs now (here: the requested one, nothing to do);
     the teardown would stop it, so the call is changed."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _launch_plan, _teardown_call
+    from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_plan
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 
     _passing_preflight(monkeypatch)
     monkeypatch.setattr(_launch_plan, "decide", lambda facts: _launch_plan.Decision(
@@ -168,7 +169,8 @@ def test_check_mode_is_changed_when_the_teardown_would_stop_a_server_the_launch_
 
 def test_a_port_holder_the_launch_refuses_refuses_before_the_teardown(tmp_path, monkeypatch):
     """Read with the old server still running: a foreign holder fails the call, nothing stopped."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _launch_plan, _teardown_call
+    from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_plan
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 
     _passing_preflight(monkeypatch)
     monkeypatch.setattr(_teardown_call, "run", lambda *a: pytest.fail("stopped although the port refuses the launch"))
@@ -185,7 +187,7 @@ def test_a_port_holder_the_launch_refuses_refuses_before_the_teardown(tmp_path, 
 
 
 def test_the_report_keeps_one_reading_of_the_port_after_a_teardown(tmp_path, monkeypatch):
-    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 
     _passing_preflight(monkeypatch)
     monkeypatch.setattr(_teardown_call, "run", lambda *a: {"changed": False, "killed": []})
@@ -197,7 +199,7 @@ def test_the_report_keeps_one_reading_of_the_port_after_a_teardown(tmp_path, mon
 
 
 def test_a_purge_path_holding_what_the_launch_needs_is_refused(tmp_path, monkeypatch):
-    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 
     model = tmp_path / "models" / "m"
     model.mkdir(parents=True)
@@ -211,7 +213,7 @@ def test_a_purge_path_holding_what_the_launch_needs_is_refused(tmp_path, monkeyp
 
 
 def test_the_teardowns_diff_comes_first(tmp_path, monkeypatch):
-    from ansible_collections.llmops.sglang.plugins.module_utils import _teardown_call
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 
     _passing_preflight(monkeypatch)
     monkeypatch.setattr(_teardown_call, "run", lambda *a: {"changed": True, "killed": [],

@@ -12,9 +12,11 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _launch_exec, _launch_plan, _preflight
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._launch_plan import (
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_exec
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_plan
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _preflight
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._launch._launch_plan import (
     LAUNCH, NOOP, REFUSE, RELAUNCH, Facts, decide)
 
 PORT = 8000
@@ -104,7 +106,7 @@ def test_decision_table(situation, kw, check_mode, action, reason, changed):
 
 
 def _text(inputs: Optional[Dict[str, Any]]) -> str:
-    from ansible_collections.llmops.sglang.plugins.module_utils import _cliargs
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _cliargs
     return _cliargs.inputs_text(inputs)
 
 

@@ -6,8 +6,9 @@ import errno
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _launch_exec, _prewarm
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_exec
+from ansible_collections.llmops.sglang.plugins.module_utils._prewarm import _prewarm
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 SPEC = {"threads": 1, "min_available": "10%", "timeout": 60, "check_only": False}
 

@@ -10,8 +10,12 @@ import uuid
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _cgroup, _containment, _launcher, _procs, _record
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from helpers.fixtures import TEST_MARKER, TEST_RUN_ID, wait_for
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.llmops.sglang.plugins.module_utils._loganalysis import LogAnalyzer
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang._loganalysis import LogAnalyzer
 
 
 def _stamp(epoch: float) -> str:

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._logfollow import LogFollower
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang._logfollow import LogFollower
 from helpers.fixtures import COLLECTIONS
 
 
@@ -160,8 +160,8 @@ def test_a_fifo_at_the_log_path_is_refused_without_blocking(tmp_path):
     path = str(tmp_path / "a.log")
     os.mkfifo(path)
     code = ("import sys\n"
-            "from ansible_collections.llmops.sglang.plugins.module_utils._logfollow import LogFollower\n"
-            "from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._sglang._logfollow import LogFollower\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError\n"
             "try:\n"
             "    LogFollower(sys.argv[1]).poll()\n"
             "except SglangError as exc:\n"

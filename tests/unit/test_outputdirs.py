@@ -7,8 +7,9 @@ import stat
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _outputdirs, _preflight
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _outputdirs
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _preflight
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 
 def _check(dirs, state_dir="/nonexistent-state"):

@@ -8,7 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _interpreter, _logpatterns, _ports, _preflight
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _interpreter
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _logpatterns
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _preflight
 
 
 def _report():
@@ -170,7 +173,7 @@ def test_gpus_none_backend_is_a_note():
 
 
 def test_gpus_too_few(monkeypatch):
-    from ansible_collections.llmops.sglang.plugins.module_utils import _gpus
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
     fake = _gpus.GpuReport("nvml", [_gpus.Gpu(i, "u%d" % i, "H200", 0, 1000) for i in range(2)])
     monkeypatch.setattr(_gpus, "query_gpus", lambda backend: fake)
     report = _report()
@@ -186,7 +189,7 @@ def test_gpus_too_few(monkeypatch):
 
 def test_gpus_cuda_visible_devices_must_name_real_gpus(monkeypatch):
     """CUDA stops at the first entry naming no device: "0,1,...,7" on a 2-GPU host is 2 GPUs."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _gpus
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
     fake = _gpus.GpuReport("nvml", [_gpus.Gpu(i, "GPU-u%d" % i, "H200", 0, 1000) for i in range(2)])
     monkeypatch.setattr(_gpus, "query_gpus", lambda backend: fake)
     report = _report()
@@ -250,7 +253,8 @@ def test_entrypoint_choice():
 
 def _fake_holder(monkeypatch, argv, uid=None, pid=4_000_123):
     """One listener on port 8000 held by a synthetic process (no real process needed)."""
-    from ansible_collections.llmops.sglang.plugins.module_utils import _ports, _procs
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
     proc = _procs.Proc(pid=pid, ppid=1, pgid=pid, sid=pid, comm="python3", state="S",
                        uid=os.geteuid() if uid is None else uid, start_time=1.0, cmdline=argv)
     monkeypatch.setattr(_ports, "listeners", lambda ports=None: [

@@ -13,8 +13,11 @@ import pytest
 
 from helpers import pagecache as pc
 from helpers.fixtures import COLLECTIONS, ROOT
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit, _modelfiles, _prewarm, _residency
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _modelfiles
+from ansible_collections.llmops.sglang.plugins.module_utils._prewarm import _prewarm
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _residency
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 MIB = 1 << 20
 

@@ -2,7 +2,9 @@
 the short report's flag and the diagnosis sentence."""
 from __future__ import annotations
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _diagnosis, _probe, _probe_report
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _diagnosis
+from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe
+from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe_report
 
 
 def _server(**kw):

@@ -1,7 +1,7 @@
 """_probe_report: the probe's short report and each server's state."""
 from __future__ import annotations
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _probe_report as R
+from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe_report as R
 
 
 def server(**kw):

@@ -17,7 +17,9 @@ from typing import Dict, Iterator, List, Set
 import psutil
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _discovery, _probe, _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery
+from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
 SLEEPERS = 40
 
@@ -177,7 +179,7 @@ def test_a_plain_probe_compiles_neither_the_flag_reader_nor_the_port_reader():
     from helpers.fixtures import COLLECTIONS
 
     code = ("import sys\n"
-            "from ansible_collections.llmops.sglang.plugins.module_utils import _probe, _discovery\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe\nfrom ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery\n"
             "print(sorted(m.rsplit('.', 1)[-1] for m in sys.modules if m.rsplit('.', 1)[-1] in "
             "('_flagcheck', '_introspect', '_ports')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -190,8 +192,8 @@ def test_a_plain_probe_compiles_neither_the_flag_reader_nor_the_port_reader():
 _PLAN = r"""
 import json, os, signal, subprocess, sys
 import psutil
-from ansible_collections.llmops.sglang.plugins.module_utils import _teardown
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
 
 sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(20)]
 asked = set()
@@ -227,7 +229,11 @@ def test_the_process_layer_parses_no_proc_stat_status_or_net_tcp_by_hand():
     import ast
     import inspect
 
-    from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _portowner, _ports, _shm, _targets
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _portowner
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _shm
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _targets
 
     for module in (_procs, _discovery, _probe, _targets, _shm, _gpus, _ports, _portowner):
         tree = ast.parse(inspect.getsource(module))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _progress
-from ansible_collections.llmops.sglang.plugins.module_utils._logfollow import LogFollower
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _progress
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang._logfollow import LogFollower
 
 # Bytes as tqdm wrote them for sglang's `Loading safetensors checkpoint shards` bar (BAR_FORMAT
 # of srt/utils/common.py): a `\r` before each redraw, one `\n` when the bar closes.

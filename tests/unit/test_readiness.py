@@ -11,9 +11,11 @@ import uuid
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _logpatterns as lp
-from ansible_collections.llmops.sglang.plugins.module_utils import _loganalysis, _procs, _readiness
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _logpatterns as lp
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _loganalysis
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _readiness
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from helpers.fixtures import free_port, wait_for
 
 READY = "[2025-01-01 10:00:09] The server is fired up and ready to roll!"

@@ -14,8 +14,12 @@ import uuid
 import psutil
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import (
-    _logpatterns as lp, _portowner, _ports, _preflight, _procs, _readiness)
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _logpatterns as lp
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _portowner
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _preflight
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _readiness
 from helpers.fixtures import free_port, wait_for
 
 READY = "[2025-01-01 10:00:09] The server is fired up and ready to roll!"

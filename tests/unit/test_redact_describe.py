@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _redact
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import MASK
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact
+from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import MASK
 
 
 @pytest.mark.parametrize("argv,shown", [
@@ -55,7 +55,7 @@ def test_one_deep_redaction_behind_every_name():
 
 
 def test_describe_process_is_the_one_process_description():
-    from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
     proc = _procs.Proc(pid=42, ppid=1, pgid=42, sid=42, comm="srv", state="S", uid=0, start_time=1.0,
                        cmdline=["srv --api-key k3y-old --port 1"])
     out = _redact.describe_process(proc, address="0.0.0.0")
@@ -69,7 +69,8 @@ def test_describe_process_is_the_one_process_description():
 def test_masked_argv_is_the_list_form_of_the_description():
     # results that keep argv as a list (the probe's port holders and server members) mask it
     # the same way and show `[comm]` for a process without a command line
-    from ansible_collections.llmops.sglang.plugins.module_utils import _discovery, _procs
+    from ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
     proc = _procs.Proc(pid=42, ppid=1, pgid=42, sid=42, comm="srv", state="S", uid=0, start_time=1.0,
                        cmdline=["srv", "--api-key", "k3y-old", "sglang::x --api-key k3y-old"])
     assert _redact.masked_argv(proc.cmdline, proc.comm) == ["srv", "--api-key", MASK, "sglang::x --api-key " + MASK]

@@ -129,7 +129,7 @@ def test_the_restart_keeps_its_facts_private():
 
 
 def test_no_role_or_playbook_keeps_a_purge_deny_list():
-    """The directories that are never purged live in plugins/module_utils/_purge.py alone."""
+    """The directories that are never purged live in plugins/module_utils/_host/_purge.py alone."""
     pattern = re.compile(r"""['"]/(usr|etc|boot|proc|sys|sbin|lib|root|home)['"]""")
     for top in ("roles", "playbooks"):
         for dirpath, _dirs, files in os.walk(os.path.join(ROOT, top)):

@@ -11,8 +11,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _router
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._fleet import _router
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
 ROUTER = "http://127.0.0.1:30000"
 W1, W2, W3 = "http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"

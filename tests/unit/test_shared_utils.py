@@ -14,10 +14,15 @@ import time
 import psutil
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _ports, _procs, _redact, _record, _shm
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._lock import instance_lock
-from ansible_collections.llmops.sglang.plugins.module_utils._procs import Proc
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _shm
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._host._lock import instance_lock
+from ansible_collections.llmops.sglang.plugins.module_utils._host._procs import Proc
 from helpers.fixtures import wait_for
 
 

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _interpreter
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _interpreter
 
 REFERENCE = ("import json, importlib.metadata as md\n"
              "d = md.distribution('sglang')\n"
@@ -92,22 +92,23 @@ def _imported_after(code: str) -> set:
 
 
 def test_choosing_a_containment_backend_compiles_no_pidfd_code():
-    loaded = _imported_after("from ansible_collections.llmops.sglang.plugins.module_utils import _containment\n"
+    loaded = _imported_after("from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment\n"
                              "_containment.choose('auto')")
     assert "_containment" in loaded and "_pidfd" not in loaded
 
 
 def test_the_diagnosis_of_no_server_compiles_no_log_patterns():
-    loaded = _imported_after("from ansible_collections.llmops.sglang.plugins.module_utils import _diagnosis\n"
+    loaded = _imported_after("from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _diagnosis\n"
                              "assert _diagnosis.servers([]) == []")
     assert "_logpatterns" not in loaded
 
 
 def test_a_probe_without_a_gpu_backend_answers_as_the_gpu_reader_does_without_compiling_it():
-    from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _probe
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
+    from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe
 
     assert _probe.gpus("none", [], {}) == _gpus.query_gpus("none").to_dict()
-    loaded = _imported_after("from ansible_collections.llmops.sglang.plugins.module_utils import _probe\n"
+    loaded = _imported_after("from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe\n"
                              "_probe.gpus('none', [], {})")
     assert "_gpus" not in loaded
 
@@ -121,7 +122,7 @@ def test_no_dataclass_of_a_modules_start_has_its_docstring_built_at_import(modul
 
     code = ("import dataclasses, sys\n"
             "import ansible_collections.llmops.sglang.plugins.modules.%s\n"
-            "from ansible_collections.llmops.sglang.plugins.module_utils import _procs, _discovery, _probe, _shm\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs\nfrom ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery\nfrom ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe\nfrom ansible_collections.llmops.sglang.plugins.module_utils._host import _shm\n"
             "for name, mod in sorted(sys.modules.items()):\n"
             "    if '.plugins.module_utils._' in name:\n"
             "        for obj in vars(mod).values():\n"
@@ -136,7 +137,7 @@ def test_no_dataclass_of_a_modules_start_has_its_docstring_built_at_import(modul
 _ENDING = """
 import atexit, gc, os
 from ansible.module_utils import basic
-from ansible_collections.llmops.sglang.plugins.module_utils import _exit
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 
 module = basic.AnsibleModule(argument_spec={})
 atexit.register(lambda: os.write(2, b"frozen=%d" % gc.get_freeze_count()))
@@ -161,7 +162,7 @@ def test_a_module_run_ends_without_the_shutdowns_sweep_of_everything_alive(tmp_p
 def test_a_caller_that_goes_on_keeps_its_collector():
     import gc
 
-    from ansible_collections.llmops.sglang.plugins.module_utils import _exit
+    from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 
     class Stand:
         def exit_json(self, **kw):
@@ -212,7 +213,7 @@ def test_importing_a_module_file_leaves_the_collector_alone():
     from helpers.fixtures import COLLECTIONS
 
     code = ("import gc\nimport ansible_collections.llmops.sglang.plugins.modules.sglang_probe\n"
-            "from ansible_collections.llmops.sglang.plugins.module_utils import _exit\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit\n"
             "_exit.started()\nprint(gc.isenabled(), gc.get_freeze_count())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/",
                          env=dict(os.environ, PYTHONPATH=COLLECTIONS))

@@ -6,10 +6,12 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _gpus, _ports, _procs
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._redact import MASK, describe_process
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import (
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import MASK, describe_process
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import (
     InstanceFiles, OpenFiles, Scope, World, attribute, build_scope, protected_by, select,
     validate_gpus, validate_pattern)
 
@@ -166,7 +168,7 @@ def test_protect_conflicts_with_explicit_pattern():
 
 
 def test_group_signal_only_when_whole_group_is_targets():
-    from ansible_collections.llmops.sglang.plugins.module_utils._teardown import signal_steps
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown._teardown import signal_steps
     w = world(BASE)
     sel = select(scope(), w)
     steps = signal_steps(sel.targets, w.procs, w.own_pids)
@@ -259,7 +261,7 @@ def test_launch_files_only_support_an_sglang_looking_process():
 
 
 def test_pid_2_in_a_pid_namespace_is_not_a_kernel_thread():
-    from ansible_collections.llmops.sglang.plugins.module_utils._targets import is_kernel_thread
+    from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import is_kernel_thread
     assert not is_kernel_thread(P(2, 1, ["/venv/bin/python", "-m", "sglang.launch_server"], comm="python"))
     assert is_kernel_thread(P(2, 0, [], comm="kthreadd")) and is_kernel_thread(P(77, 2, [], comm="kworker/1:1"))
     assert is_kernel_thread(_procs.Proc(pid=9, ppid=5, pgid=0, sid=0, comm="x", state="S", uid=0, start_time=1.0,

@@ -3,8 +3,8 @@ collides with the instance's bind address; one beside it (another address family
 is reported in foreign_listeners and the teardown goes on."""
 from __future__ import annotations
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _ports
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import select
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import select
 
 from unit.test_targets import P, scope, world
 

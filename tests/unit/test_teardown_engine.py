@@ -11,9 +11,11 @@ from typing import List
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _pidfd, _procs, _teardown
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._targets import build_scope
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _pidfd
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
 
 TREE = ("import subprocess, sys, time, signal\n"
         "if 'ignore' in sys.argv: signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"

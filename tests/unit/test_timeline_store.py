@@ -9,8 +9,8 @@ import stat
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.action import sglang_ready as action
-from ansible_collections.llmops.sglang.plugins.module_utils import _timeline_store as ts
-from ansible_collections.llmops.sglang.plugins.module_utils._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _timeline_store as ts
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
 
 PHASES = [{"phase": "weight load begin", "seconds": 4.1, "line": "[t TP0] Load weight begin."},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pwd
 
-from ansible_collections.llmops.sglang.plugins.module_utils import _procs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
 
 def test_a_reused_uid_is_named_after_its_current_user(monkeypatch):
