@@ -48,7 +48,8 @@ class Options:
 
 def validate_options(opts: Options, state_dir: Optional[str]) -> None:
     """Refuse bad options before anything is looked at; purge paths are replaced by their
-    resolved form (the deny-list is judged on it, and holders are matched against it)."""
+    normalised form AS GIVEN, never the resolved one (the deny-list judges both; what is
+    emptied is walked with O_NOFOLLOW, so it holds no symlink and holders match it)."""
     if opts.grace_period < 0:
         raise SglangError("grace_period must be >= 0 (got %s)" % opts.grace_period, reason="bad_option")
     if opts.timeout < 0:
