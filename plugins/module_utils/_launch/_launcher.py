@@ -372,7 +372,7 @@ def _start_unit(spec: LaunchSpec, env: Dict[str, str], tmpdir: str, exit_path: s
     _record.write_bytes_atomic(payload_file, _supervisor.payload(exit_path, launch_id, spec.argv, None, env))
     try:
         pid = _systemd.start(contained["unit"], _supervisor.command(spec.python, spec.name), payload_file, log_path,
-                             tmpdir)
+                             tmpdir, claim=contained.get("claim"))
         _containment.unit_started(contained)
     except BaseException:
         _remove_payload(spec)
@@ -406,12 +406,14 @@ def spawn(spec: LaunchSpec) -> Dict[str, Any]:
     SglangError (with `log_tail` when the server is gone within the first moments); any failure
     after the spawn stops the launch's session first, and the message says so."""
     tmpdir, exit_path = _prepare(spec)
-    contained = _containment.prepare(spec.name, spec.containment, spec.containment_why)
+    contained = _containment.prepare(spec.name, spec.containment, spec.containment_why, spec.state_dir)
     try:
         return _spawn(spec, tmpdir, exit_path, contained)
     except BaseException:
         _containment.discard(contained)  # a failed launch leaves no cgroup behind (nor any member)
         raise
+    finally:
+        _containment.release(contained)  # the claim: from here on the cgroup's members hold it
 
 
 def _spawn(spec: LaunchSpec, tmpdir: str, exit_path: str, contained: Dict[str, Any]) -> Dict[str, Any]:

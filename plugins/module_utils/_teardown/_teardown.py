@@ -48,7 +48,8 @@ class Options:
 
 def validate_options(opts: Options, state_dir: Optional[str]) -> None:
     """Refuse bad options before anything is looked at; purge paths are replaced by their
-    resolved form (the deny-list is judged on it, and holders are matched against it)."""
+    normalised form AS GIVEN, never the resolved one (the deny-list judges both; what is
+    emptied is walked with O_NOFOLLOW, so it holds no symlink and holders match it)."""
     if opts.grace_period < 0:
         raise SglangError("grace_period must be >= 0 (got %s)" % opts.grace_period, reason="bad_option")
     if opts.timeout < 0:
@@ -227,7 +228,7 @@ def make_plan(scope: Scope, opts: Options, world: Optional[World] = None) -> Pla
     dirs = open_dirs(opts, euid)
     handles: Dict[int, _pidfd.Handle] = {}
     try:
-        world = world or World.capture(scope, opts.gpu_backend)
+        world = world or World.capture(scope, opts.gpu_backend, timeout=opts.timeout)
         record = None
         record_files = _record_files(scope)
         if scope.name and scope.state_dir:
@@ -465,6 +466,7 @@ def summary(plan: Plan) -> Dict[str, object]:
         "other_instances": sel.other_instances,
         "other_namespaces": sel.other_namespaces,
         "device_file_holders": sel.device_file_holders,
+        "device_file_holders_scan": plan.world.device_scan,
         "foreign_gpu_processes": sel.foreign_gpu,
         "spared": sel.spared,
         "outside_cgroup": sel.outside_cgroup,
