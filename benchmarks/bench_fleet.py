@@ -90,12 +90,23 @@ def forks() -> int:
     return cp.getint("defaults", "forks", fallback=5)
 
 
+def distinct_ports(n: int) -> List[int]:
+    """n free ports, no two alike: the kernel may hand the same free port out twice in a row."""
+    ports: List[int] = []
+    while len(ports) < n:
+        p = C.free_port()
+        if p not in ports:
+            ports.append(p)
+    return ports
+
+
 def host_vars(n: int, base: str) -> Dict[str, Dict[str, Any]]:
     """Per simulated host: everything that makes it a separate host to the collection."""
     hosts = {}
+    ports = distinct_ports(n)
     for i in range(1, n + 1):
         h = "h%02d" % i
-        hosts[h] = {"sglang_name": "bench-fleet-%s" % h, "sglang_port": C.free_port(),
+        hosts[h] = {"sglang_name": "bench-fleet-%s" % h, "sglang_port": ports[i - 1],
                     "sglang_state_dir": "%s/%s/state" % (base, h), "sglang_log_dir": "%s/%s/logs" % (base, h),
                     "sglang_extraction_dump_dir": "%s/fleet-n%d-%s" % (C.SHM_ROOT, n, h)}
     return hosts

@@ -24,10 +24,11 @@ from typing import Dict, List
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
 
-BENCHES = ["readiness", "progress", "teardown", "restart", "probe", "fleet", "prewarm", "containment", "router_roll"]
+BENCHES = ["readiness", "progress", "teardown", "restart", "probe", "fleet", "prewarm", "containment", "router_roll", "pipelining"]
 MODULES = {"progress": "bench_progress", "router_roll": "bench_router_roll", "prewarm": "bench_prewarm", "containment": "bench_containment",
            "readiness": "bench_readiness", "teardown": "bench_teardown", "restart": "bench_restart",
-           "probe": "bench_probe", "fleet": "bench_fleet"}
+           "probe": "bench_probe", "fleet": "bench_fleet",
+           "pipelining": "bench_pipelining"}
 
 
 def main(argv: List[str]) -> int:
@@ -120,6 +121,8 @@ def splice_report(out_dir: str, fig_prefix: str, names: List[str]) -> None:
             continue
         at = next((i for i, p in enumerate(parts) if p and _key(p[0]) == _key(section[0])), None)
         if at is None:
+            if parts and parts[-1] and parts[-1][-1].strip():
+                parts[-1].append("")  # a heading needs its blank line
             parts.append(section)
         else:
             parts[at] = section

@@ -15,7 +15,8 @@ import bench_fleet  # noqa: E402
 SEPARATE = ("sglang_name", "sglang_port", "sglang_state_dir", "sglang_log_dir", "sglang_extraction_dump_dir")
 
 
-def test_no_two_simulated_hosts_share_an_instance(tmp_path):
+def test_no_two_simulated_hosts_share_an_instance(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_fleet.C, "BENCH_ROOT", str(tmp_path))
     with open(bench_fleet.inventory(32)) as fh:
         inv = yaml.safe_load(fh)
     group = inv["all"]["children"]["bench_fleet"]
