@@ -3,7 +3,7 @@
 One short-lived Session per request with `trust_env=False`: no proxy (nor netrc, nor CA bundle)
 from the environment reaches a loopback server. Redirects are not followed, so an api key sent
 to this host never travels on. `requests` is imported on the first request, guarded: without it
-every request is an answer-less Response naming the missing library (the modules fail earlier through _deps.require;
+every request is an answer-less Response naming the missing library (the modules fail earlier through _depsearch.require;
 the probe reports what it could not read).
 """
 from __future__ import annotations
