@@ -195,11 +195,12 @@ if __name__ == "__main__":
 
 from typing import Any, Dict
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
 from ansible_collections.llmops.sglang.plugins.module_utils._fleet import _router
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
 
 
 def argument_spec() -> Dict[str, Any]:
@@ -238,9 +239,7 @@ def main() -> None:
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
                            required_if=[("state", "present", ("worker_url",)),
                                         ("state", "absent", ("worker_url",))])
-    if not _router.HAS_REQUESTS:
-        module.fail_json(msg=missing_required_lib("requests"), reason="missing_library",
-                         exception=_router.REQUESTS_IMPORT_ERROR)
+    _depsearch.require(module, ("requests",), import_them=True)
     _exit.run(module, _body, "sglang_router", [module.params["api_key"]])
 
 
