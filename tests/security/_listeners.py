@@ -1,6 +1,6 @@
-"""Listeners the HTTP security tests point the modules at: one that answers an idle load and
-writes down every request head it gets (the Authorization header included), one that trickles its
-answer a byte a second, one that redirects. Each can run as a plain script or, through a fake
+"""Listeners the HTTP security tests point the modules at, each writing down every request head
+it gets (the Authorization header included): one that answers an idle load, one that answers as
+an empty router, one that trickles its answer a byte a second, one that redirects. Each can run as a plain script or, through a fake
 sglang package on PYTHONPATH, as `python -m sglang.launch_server` (what the drain's proof
 recognises). Every one is started by the test and killed by it."""
 from __future__ import annotations
@@ -38,6 +38,10 @@ def answer(conn):
         fh.write(json.dumps(head) + "\n")
     if mode == "idle":
         body = json.dumps([{"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0}]).encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n\r\n%s" % (len(body), body))
+    elif mode == "router":  # an empty router of the workers API
+        body = json.dumps({"workers": [], "total": 0}).encode()
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                      b"Connection: close\r\n\r\n%s" % (len(body), body))
     elif mode == "redirect":
