@@ -42,7 +42,8 @@ options:
   api_key:
     description:
       - Sent as an C(Authorization) bearer token to the router (a control-plane key where the router
-        protects its worker API). Never returned.
+        protects its worker API), only to O(router_url) - no redirect is followed (a 3xx answer
+        fails with RV(reason=router_refused)). Never returned.
     type: str
   worker_url:
     description:
@@ -88,7 +89,9 @@ options:
     default: 0.5
   request_timeout:
     description:
-      - Seconds each HTTP request to the router may take.
+      - Seconds each HTTP request to the router may take in all - connect, headers and body (a
+        router that trickles its answer is cut off there, RV(reason=router_unreachable)). A body
+        over 16 MiB is no answer.
     type: float
     default: 10
   api:
