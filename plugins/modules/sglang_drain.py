@@ -29,7 +29,8 @@ description:
     program), in the module's PID namespace, and one of its sockets must cover O(host) - the
     probe's rule for O(api_key). Anything else gets no request and no key, with or without
     O(api_key), and the drain fails with RV(reason=foreign_listener). The proof is re-checked
-    before every reading (the same processes on the same addresses of the port).
+    before every reading (the same processes on the same addresses of the port; a sliced wait
+    hands the proven holders to its next slice).
   - A proven server that listens but does not answer within O(request_timeout) fails with
     RV(reason=server_unresponsive) - its load is unknown, not zero.
   - Read-only - it only sends C(GET) requests to the server.
@@ -263,6 +264,8 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
 
     target = _drain_target.Target(p["host"], p["port"], p["server_user"] or _drain_target.module_user(),
                                   p["api_key"], p["request_timeout"])
+    if p["_resume"]:
+        target.resume(p["_resume"].get("proven"))
     fetch = target.fetch
 
     opts = _drain.Options(timeout=p["timeout"], poll_interval=p["poll_interval"], settle=p["settle"],
@@ -274,7 +277,7 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
         if step.result is None:
             return {"changed": False, "drained": False, "pending": True, "reason": "pending",
                     "msg": "draining", "progress": _drain.progress(step.state, opts, time.monotonic()),
-                    "resume_state": step.state.to_dict()}
+                    "resume_state": dict(step.state.to_dict(), proven=target.to_state())}
         result = step.result
     if not result["drained"] and result["reason"] == "timeout":
         module.warn(result["msg"])

@@ -9,7 +9,8 @@ instead of believing its "idle". Nothing listening is "nothing to drain", as bef
 server listening but not answering (within `request_timeout`, the whole request) is a failure
 (reason `server_unresponsive`), not an idle server.
 
-The proof reads every process's fd table, so a wait proves once and then, per reading, asks
+The proof reads every process's fd table (who holds the port) and groups the holders and their
+ancestors as the probe groups servers; so a wait proves once and then, per reading, asks
 psutil only about the holders it proved: each the same process (pid and start time) on the same
 addresses of the port. While the server holds its socket nobody can bind a colliding address
 (uvicorn sets no SO_REUSEPORT): the proof demands a socket that collides with the drain's
@@ -20,7 +21,7 @@ from __future__ import annotations
 import os
 import pwd
 import socket
-from typing import FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
@@ -69,6 +70,20 @@ class Target:
         self.proven: Optional[FrozenSet[Holder]] = None
         self.proofs = 0  # full proofs made (the fd-table scan), for the tests' curiosity
 
+    def to_state(self) -> List[Any]:
+        """The proven holders, for the next slice of a sliced wait (its action plugin hands the
+        state back): that slice re-checks them per reading instead of proving again."""
+        return sorted([pid, start, sorted([list(a) for a in addrs])] for pid, start, addrs in self.proven or ())
+
+    def resume(self, state: Any) -> None:
+        """Take over the holders a previous slice proved (see to_state); a bad entry proves nothing."""
+        try:
+            holders = frozenset((int(pid), float(start), frozenset((str(f), str(a)) for f, a in addrs))
+                                for pid, start, addrs in state or ())
+        except (TypeError, ValueError):
+            holders = frozenset()
+        self.proven = holders or None
+
     def fetch(self, path: str) -> _http.Response:
         """GET `path` from the proven server; an answer-less Response when nothing listens."""
         if not self._still_proven():
@@ -97,7 +112,10 @@ class Target:
         socks = _ports.listeners([self.port])
         if not socks:
             return False
-        refusal = credential_refusal(find_servers(_procs.snapshot()), socks, self.user, self.launch_ids)
+        # The probe's grouping over the holders and their ancestors only: the same verdict for
+        # them as over the whole process table, without reading every process's environment.
+        servers = find_servers(_lineage(pid for sock in socks for pid in sock.pids), with_ports=False)
+        refusal = credential_refusal(servers, socks, self.user, self.launch_ids)
         if refusal is None and not any(_ports.address_conflict(s.family, s.address, self.host) for s in socks):
             # then another process could bind the host's address on the port and get the request
             refusal = "the instance's server does not listen on %s (it listens on %s)" % (
@@ -112,6 +130,20 @@ class Target:
                               listeners=[s.to_dict() for s in socks])
         self.proven = holders
         return True
+
+
+def _lineage(pids: Iterable[int]) -> Dict[int, _procs.Proc]:
+    """The processes `pids` and all their ancestors (a server's main is the holder's ancestor,
+    or the holder itself), keyed by pid."""
+    table: Dict[int, _procs.Proc] = {}
+    for pid in pids:
+        while pid > 0 and pid not in table:
+            proc = _procs.read_proc(pid)
+            if proc is None:
+                break
+            table[pid] = proc
+            pid = proc.ppid
+    return dict(sorted(table.items()))
 
 
 def _holders(socks: List[_ports.Listener]) -> Optional[FrozenSet[Holder]]:
