@@ -48,7 +48,11 @@ def _local(host: str) -> bool:
     except (OSError, UnicodeError):
         return False
     for family, _type, _proto, _name, addr in infos:
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # a family this host has no stack for (IPv6 off): no request can go there either
+        with sock:
             try:
                 sock.bind((addr[0], 0))
             except OSError:
