@@ -655,7 +655,7 @@ if __name__ == "__main__":
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
-from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_exec
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
@@ -738,7 +738,7 @@ def main() -> None:
     # would mask unrelated text (paths).
     secrets = _launch_exec.param_secrets(module.params)
     module.no_log_values.update(text for text in secrets if len(text) >= 8)
-    _deps.require(module)
+    _depsearch.require(module)
     _exit.run(module, _body, "sglang_launch", secrets)
 
 

@@ -407,7 +407,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
@@ -438,7 +438,7 @@ def _body(module: AnsibleModule) -> dict:
 def main() -> None:
     _exit.started()
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    _deps.require(module, ["psutil"])
+    _depsearch.require(module, ["psutil"])
     _exit.run(module, _body, "sglang_teardown")
 
 

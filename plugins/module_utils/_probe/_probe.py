@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _diagnosis
 from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe_report
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
@@ -72,13 +73,13 @@ def processes() -> Tuple[Dict[int, Any], List[Any]]:
 
 def servers_by_command_line(now: float) -> List[Dict[str, Any]]:
     """Without the process layer (no psutil): the sglang main processes from their command lines
-    alone (_deps reads /proc for that) - no members, ports or environment, `state: unknown`,
+    alone (_depsearch reads /proc for that) - no members, ports or environment, `state: unknown`,
     `partial: true`. Enough to say what runs, with which interpreter and arguments."""
     from ansible_collections.llmops.sglang.plugins.module_utils._probe._discovery import DEFAULT_PORT, parse_args
     from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import _venv_root_of
 
     out = []
-    for pid, uid, argv in _deps.sglang_command_lines():
+    for pid, uid, argv in _depsearch.sglang_command_lines():
         args = parse_args(mask_cmdline(argv))
         try:
             port: Optional[int] = int(args.get("port", DEFAULT_PORT))
@@ -282,7 +283,7 @@ def _flags(p: Dict[str, Any], interp: Any, state_dir: str, result: Dict[str, Any
 
 def _dependencies(p: Dict[str, Any], result: Dict[str, Any], warn: Warn) -> None:
     """psutil/requests missing for this module's python: a warning naming one that has them."""
-    deps = _deps.report(_deps.REQUIRED, p, import_them=False)
+    deps = _depsearch.report(_deps.REQUIRED, p, import_them=False)
     if deps is None:
         return
     warn(deps["msg"])
