@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _cliargs
@@ -29,41 +28,11 @@ from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+# the request's shape lives apart so that _launch_replace needs nothing of this file (one way)
+from ansible_collections.llmops.sglang.plugins.module_utils._launch._launch_request import Preflight, Request
 
 if TYPE_CHECKING:  # imported where used: only a replacement stops anything (a plan's call does not)
     from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
-
-
-@dataclass
-class Preflight:
-    """The preflight report and the values it validated (None where a check refused them)."""
-    report: _preflight.Report
-    port: Optional[int] = None
-    tp_size: Optional[int] = None
-    env: Dict[str, str] = field(default_factory=dict)
-    args: Dict[str, Any] = field(default_factory=dict)
-    interp: Any = None
-    entry: Optional[str] = None
-    entry_argv: List[str] = field(default_factory=list)
-    flags: Any = None
-    model_path: str = ""
-    output_dirs: List[_outputdirs.OutputDir] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Request:
-    """Everything resolved before the lock: where, what, and the server's identity."""
-    params: Mapping[str, Any]
-    name: str
-    state_dir: str
-    log_dir: str
-    backend: str
-    why: str
-    pf: Preflight
-    argv: List[str]
-    fingerprint: Optional[str]
-    inputs: Optional[Dict[str, Any]]
-    secrets: List[str]
 
 
 def preflight(p: Mapping[str, Any], dirs: Mapping[str, str], check_mode: bool) -> Preflight:
