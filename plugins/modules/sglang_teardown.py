@@ -208,13 +208,25 @@ EXAMPLES = r"""
 
 RETURN = r"""
 targets:
-  description: Processes chosen, with every reason (secrets in command lines masked).
+  description:
+    - Processes chosen, with every reason (secrets in command lines masked). The members of a contained
+      launch's cgroup are listed too (reason C(member of the instance's cgroup PATH)), although they are
+      stopped through the cgroup rather than one by one, so this list, RV(killed), RV(stopped) and the diff
+      count the same processes.
   returned: always
   type: list
   elements: dict
   sample: [{"pid": 4242, "name": "python", "cmdline": "python -m sglang.launch_server --port 8000 --api-key ********",
             "user": "root", "pgid": 4242, "sid": 4242, "start_time": 1718000000.12,
             "reasons": ["launch record main process (pid 4242)", "listens on managed port 8000 (ipv4 0.0.0.0)"]}]
+stopped:
+  description:
+    - How many processes this teardown stopped - targets ended by its SIGTERM or SIGKILL (a target already
+      gone when it acted is not counted); in check mode, how many it would stop (the targets alive when
+      planned, cgroup members included - the processes the diff lists). The one count to report.
+  returned: always
+  type: int
+  sample: 12
 killed:
   description: Targets that are gone, with the signal that ended them (SIGTERM, SIGKILL or already-gone).
   returned: success

@@ -458,10 +458,38 @@ def _kept(entry: _shm.ShmEntry) -> Dict[str, object]:
     return {"path": entry.path, "size": entry.size, "held_by": holders}
 
 
+CGROUP_REASON = "member of the instance's cgroup %s"
+
+
+def member_targets(members: List[Dict[str, object]], cgroup: Optional[str], known: Set[int],
+                   procs: Optional[Dict[int, _procs.Proc]] = None) -> List[Dict[str, object]]:
+    """The cgroup's members in the shape of `targets` (they are stopped through the cgroup, not
+    one by one, but they are what the teardown stops): one count for the result, the diff and
+    the summary. `known` pids are already listed as per-process targets."""
+    out: List[Dict[str, object]] = []
+    for member in members:
+        pid = int(member["pid"])  # type: ignore[call-overload]
+        if pid in known:
+            continue
+        proc = (procs or {}).get(pid)
+        entry: Dict[str, object] = {"pid": pid, "name": member.get("name"), "cmdline": member.get("cmdline"),
+                                    "user": member.get("user"), "pgid": proc.pgid if proc else None,
+                                    "sid": proc.sid if proc else None,
+                                    "start_time": proc.start_time if proc else None,
+                                    "reasons": [CGROUP_REASON % cgroup]}
+        out.append(entry)
+    return out
+
+
+def _all_targets(per_process: List[Dict[str, object]], members: List[Dict[str, object]]) -> List[Dict[str, object]]:
+    return sorted(per_process + members, key=lambda t: int(t["pid"]))  # type: ignore[call-overload]
+
+
 def summary(plan: Plan) -> Dict[str, object]:
     sel = plan.selection
+    own = [sel.targets[pid].to_dict() for pid in sorted(sel.targets)]
     return {
-        "targets": [sel.targets[pid].to_dict() for pid in sorted(sel.targets)],
+        "targets": _all_targets(own, member_targets(plan.members, plan.cgroup, set(sel.targets), plan.world.procs)),
         "other_instances": sel.other_instances,
         "other_namespaces": sel.other_namespaces,
         "device_file_holders": sel.device_file_holders,
@@ -498,6 +526,8 @@ def check_mode_result(plan: Plan) -> Dict[str, object]:
         result["containment"] = {"cgroup": plan.cgroup, "members": plan.members, "removed": False,
                                  "killed_with": None, "timings": {}}
     result["changed"] = bool(live or plan.members or plan.files or plan.tmpdir or plan.record_files)
+    # the processes a real run would stop: the same count as the diff's and the SIGTERM steps'
+    result["stopped"] = len(set(live) | {int(m["pid"]) for m in plan.members})  # type: ignore[call-overload]
     return result
 
 
@@ -695,7 +725,12 @@ def _result(plan: Plan, run: Run, survivors: List[Dict[str, object]], d_state: L
             killed.append({"pid": pid, "name": entry["name"], "cmdline": entry["cmdline"], "user": entry["user"],
                            "reason": "; ".join(target.reasons), "signal": run.ended[pid]})
     result = summary(plan)
-    result["targets"] = [run.targets[pid].to_dict() for pid in sorted(run.targets)]
+    members = list(run.cg["containment"]["members"]) if run.cg else []  # type: ignore[index]
+    cgroup = run.cg["containment"]["cgroup"] if run.cg else None  # type: ignore[index]
+    result["targets"] = _all_targets([run.targets[pid].to_dict() for pid in sorted(run.targets)],
+                                     member_targets(members, cgroup, set(run.targets), plan.world.procs))
+    # what this teardown ended (a target already gone when it acted is no process it stopped)
+    result["stopped"] = sum(1 for k in killed if k["signal"] in ("SIGTERM", "SIGKILL"))
     result.update({
         "killed": killed, "survivors": survivors, "d_state": d_state, "signals": run.signals,
         "shm_removed": files.removed, "shm_kept": files.kept, "tmpdir_removed": files.tmpdir_removed,
