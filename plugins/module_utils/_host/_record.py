@@ -49,6 +49,21 @@ def record_path(state_dir: str, name: str) -> str:
     return os.path.join(state_dir, "%s.json" % validate_name(name))
 
 
+def is_record_file(filename: str) -> bool:
+    """Is `filename` (a base name) a launch record, `<name>.json`? Instance names have no dots,
+    so the instance's other JSON files (`<name>.exit.json`, `<name>.timeline.json`, ...) never are."""
+    return filename.endswith(".json") and bool(_NAME.fullmatch(filename[:-len(".json")]))
+
+
+def record_files(state_dir: str) -> List[str]:
+    """The launch records in `state_dir` (paths, sorted); none when it cannot be listed."""
+    try:
+        names = os.listdir(state_dir)
+    except OSError:
+        return []
+    return [os.path.join(state_dir, n) for n in sorted(names) if is_record_file(n)]
+
+
 def exit_path(state_dir: str, name: str) -> str:
     return os.path.join(state_dir, "%s.exit.json" % validate_name(name))
 
