@@ -41,7 +41,11 @@ description:
     the cause: warnings such as C(Ignore import error when loading X: No module named Y) that
     healthy servers print when an optional dependency is missing (see O(extra_benign_patterns))."
   - A server that already listens on its port when the check begins (a re-check of a running
-    server) is judged by the port owner, C(/server_info) and health. Its log is used only for
+    server) is judged by the port owner, C(/server_info) and health. A launch that was never judged
+    ready before (it is not the start remembered in O(state_dir)) is judged as a start even when it
+    already holds its port - a server this play launched that bound its port within the first poll -
+    so it needs its ready line, its settle window counts from it and its start is remembered for the
+    next RV(slow_start); only one whose log has grown past a start's (4 MiB) is taken as running. Its log is used only for
     the startup up to the ready line, if the log still has it; later lines (recovered
     per-request errors, hours of access lines) are never read, and a rotated, truncated or
     deleted log is no failure (RV(already_running)).
@@ -433,6 +437,7 @@ already_running:
   description: >-
     Whether the launch already listened on its port when the check began (a re-check): it was
     judged by the port owner, /server_info and health, and its old log lines were not read.
+    Never true for a launch that was not judged ready before (see the description).
   returned: always
   type: bool
 settle:
@@ -659,6 +664,8 @@ def _context(params: Dict[str, Any], record: Dict[str, Any], opts: _readiness.Op
     """What a wait needs besides the readiness state, fixed when it begins."""
     where = _store_location(params, record)
     last = _timeline_store.baseline(where["state_dir"], where["name"], record.get("launch_id"))
+    # a launch never judged ready is a start, even when it bound its port before the first poll
+    opts.proven_before = _timeline_store.proven(where["state_dir"], where["name"], record.get("launch_id"))
     return dict(where, expect=opts.expect, node_rank=opts.node_rank,
                 last_start_seconds=last.get("start_seconds") if last else None)
 
