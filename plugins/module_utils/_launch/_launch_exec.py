@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _cliargs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
@@ -123,15 +124,70 @@ def _is_running(record: Optional[Mapping[str, Any]]) -> bool:
     return _procs.is_alive(record["pid"], record.get("start_time"))
 
 
-def _unanswered(record: Mapping[str, Any], host: str, timeout: float) -> Optional[Dict[str, Any]]:
-    """The HTTP probe of the running server when it did not answer within `timeout` (with its
-    process state: T when stopped); None when it answered."""
-    probe = _http.answers(host, record["port"], timeout)
-    if probe["answered"]:
+# A healthy server can stall for seconds (a long prefill, a GC pause, a busy host): one request
+# that timed out does not make it unresponsive. Bounded: at most PROBE_ATTEMPTS x probe_timeout
+# plus the pauses (17 s with the default probe_timeout of 5 s).
+PROBE_ATTEMPTS = 3
+PROBE_PAUSE_S = 1.0
+
+
+def _unanswered(record: Mapping[str, Any], host: str, timeout: float, report: Optional[_preflight.Report] = None,
+                sleep: Callable[[float], None] = time.sleep) -> Optional[Dict[str, Any]]:
+    """The HTTP probe of the running server when it answered none of PROBE_ATTEMPTS requests of
+    `timeout` s each (with its process state: T when stopped - retried too: job control or a
+    debugger may continue it), with `attempts` and `seconds`; None when it answered. A server
+    that is gone is not asked again. An answer after a retry is a warning in `report`: the
+    server is kept, the stall is said."""
+    began = time.monotonic()
+    for attempt in range(1, PROBE_ATTEMPTS + 1):
+        probe = _http.answers(host, record["port"], timeout)
+        seconds = round(time.monotonic() - began, 3)
+        if probe["answered"]:
+            if attempt > 1 and report is not None:
+                report.warn("liveness", "instance %r (pid %s) did not answer %s within %s s at first; it answered on "
+                            "attempt %d of %d (%.1f s in all) and is kept" % (
+                                record.get("name"), record.get("pid"), probe["endpoint"], _num(timeout), attempt,
+                                PROBE_ATTEMPTS, seconds))
+            return None
+        proc = _procs.read_proc(record["pid"])
+        probe.update(state=proc.state if proc else None, attempts=attempt, seconds=seconds,
+                     retried=attempt > 1, max_attempts=PROBE_ATTEMPTS)
+        if proc is None or attempt == PROBE_ATTEMPTS:
+            return probe
+        sleep(PROBE_PAUSE_S)
+    return None  # pragma: no cover - the loop returns
+
+
+def _num(value: float) -> str:
+    return ("%d" % value) if float(value).is_integer() else ("%g" % value)
+
+
+def previous_exit(record: Optional[Mapping[str, Any]], state_dir: str, name: str) -> Optional[Dict[str, Any]]:
+    """How the recorded server ended, when it is gone without a teardown (a teardown removes its
+    record and exit file): its pid and launch, and from the supervisor's exit file when, with which
+    exit code or signal. None when there is no record or its server runs."""
+    if not record or _is_running(record):
         return None
-    proc = _procs.read_proc(record["pid"])
-    probe["state"] = proc.state if proc else None
-    return probe
+    launch_id = record.get("launch_id")
+    data = _record.read_launch_exit(_record.exit_path(state_dir, name), launch_id if isinstance(launch_id, str) else None)
+    out: Dict[str, Any] = {"pid": record.get("pid"), "launch_id": launch_id,
+                           "launched_at": record.get("launched_at"), "exit_file": data is not None}
+    if data is None:
+        out["how"] = ("gone without an exit file (its supervisor ended too: killed with it, or the host rebooted)")
+        return out
+    when = data.get("exited_at")
+    out.update(returncode=data.get("returncode"), signal=data.get("signal"), exited_at=when,
+               exited_at_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+               if isinstance(when, (int, float)) else None)
+    how = "killed by signal %s" % data["signal"] if data.get("signal") else "exit code %s" % data.get("returncode")
+    if data.get("error"):
+        how += " (%s)" % data["error"]
+    out["how"] = "exited on its own at %s with %s" % (out["exited_at_utc"] or "an unknown time", how)
+    return out
+
+
+def previous_exit_text(name: str, prev: Mapping[str, Any]) -> str:
+    return "the previous server of instance %r (pid %s) %s" % (name, prev.get("pid"), prev.get("how"))
 
 
 def gather(req: Request, check_mode: bool) -> _launch_plan.Facts:
@@ -158,7 +214,7 @@ def gather(req: Request, check_mode: bool) -> _launch_plan.Facts:
         inputs=req.inputs, record=record, running=running, port_state=port_state, holders=tuple(holders),
         preflight_errors=tuple(report.errors), preflight_reason=report.reason())
     if record is not None and _launch_plan.wants_probe(facts):
-        facts = dataclasses.replace(facts, probe=_unanswered(record, p["host"], p["probe_timeout"]))
+        facts = dataclasses.replace(facts, probe=_unanswered(record, p["host"], p["probe_timeout"], report))
     if _launch_plan.wants_containment_check(facts):
         facts = dataclasses.replace(facts, cgroup_problem=_containment.launch_problem(req.name, req.backend))
     return facts
@@ -180,6 +236,9 @@ def outcome(base: Mapping[str, Any], preflight_report: _preflight.Report, d: _la
         result["changes"] = [dict(c) for c in d.changes]
     if d.probe is not None:
         result["probe"] = dict(d.probe)
+    # what a replacement the plan asks for is for: a role keeps the data of a server replaced only
+    # because it did not answer (unresponsive), not for a new configuration
+    result["replace_reason"] = d.reason if d.action == _launch_plan.RELAUNCH else None
     if diff:
         result["diff"] = dict(d.diff)
     return result
@@ -301,8 +360,26 @@ def facts_for(req: Request, stop: Optional[_teardown_call.Request], check_mode: 
     before = _kept_report(req, check_mode)
     if before.preflight_errors:
         return before
+    stop, kept = _keep_data_of_unresponsive(stop, before, warn)
     partial["teardown"] = _launch_replace.run_first(stop, check_mode, diff, warn)
+    if kept:
+        partial["teardown"]["purge_skipped"] = kept
     return before if check_mode else gather(req, check_mode)
+
+
+def _keep_data_of_unresponsive(stop: _teardown_call.Request, before: _launch_plan.Facts, warn: Callable[[str], None]
+                               ) -> Tuple[_teardown_call.Request, Optional[Dict[str, Any]]]:
+    """A server replaced because it did not answer runs the requested configuration: what it
+    wrote (the dumps in purge_paths) is the operator's data, never purged for that. The teardown
+    then runs without purge_paths, and says so."""
+    if before.probe is None or not stop.opts.purge_paths:
+        return stop, None
+    paths = list(stop.opts.purge_paths)
+    why = ("the running server has the requested configuration and is replaced only because it did not answer "
+           "(unresponsive): purge_paths are kept")
+    warn("%s: %s" % (why, ", ".join(paths)))
+    return dataclasses.replace(stop, opts=dataclasses.replace(stop.opts, purge_paths=[])), \
+        {"paths": paths, "reason": "unresponsive", "why": why}
 
 
 def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
@@ -319,8 +396,12 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
         if taken is not None:
             partial["operation_lock"] = taken
         with _instance_lock(req, take=not check_mode and not req.pf.report.errors, stop=stop):
+            prev = _previous_exit_now(req)
             decision = _launch_plan.decide(facts_for(req, stop, check_mode, diff, warn, partial))
             partial = result = outcome(partial, req.pf.report, decision, diff)
+            if prev is not None:
+                result["previous_exit"] = prev
+                result["decision"] = "%s; %s" % (result["decision"], previous_exit_text(req.name, prev))
             if stop is not None:
                 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_replace
                 _launch_replace.merge(result, diff)
@@ -341,6 +422,18 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
             raise
         fields = _exit.failure(exc, "sglang_launch")
         raise _carrying(SglangError(fields.pop("msg"), **fields), partial) from None
+
+
+def _previous_exit_now(req: Request) -> Optional[Dict[str, Any]]:
+    """previous_exit of the instance's record as it is before anything is done (a teardown
+    removes the record and exit file of a server that is gone). Never fails the call: an
+    unreadable record is the decision's to report."""
+    if req.pf.report.errors or not os.path.isdir(req.state_dir):
+        return None
+    try:
+        return previous_exit(_record.read_record(req.state_dir, req.name), req.state_dir, req.name)
+    except SglangError:
+        return None
 
 
 def _secret_values(value: Any) -> List[str]:
