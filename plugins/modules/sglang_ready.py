@@ -216,7 +216,11 @@ options:
       - V(generate) - C(POST /generate) with 4 tokens must answer 200; with O(work.dump_dir), a
         regular file in that directory (recursively, symlinks not followed) must appear or change
         after the request began (the directory is listed just before the request, so a dump the
-        start-up's warm-up wrote is not taken for a new one).
+        start-up's warm-up wrote is not taken for a new one). The dump directory holds the
+        operator's data, so once checked the proof's own file is removed again - only when it is the
+        one file that appeared since the request (with other requests' dumps beside it, nothing is
+        removed), through directory descriptors without following symlinks, a regular file owned by
+        the server's user that is still the file checked. RV(work) says C(removed) or C(kept_why).
       - V(chat_reasoning) - C(POST /v1/chat/completions) (the model id from C(GET /v1/models))
         must answer 200 with a non-empty C(choices[0].message.reasoning_content) (a server
         started without C(--reasoning-parser) returns the reasoning inside C(content)).
@@ -463,12 +467,15 @@ settle_from:
 work:
   description: >-
     The proof of work (O(work)) - C(ok), C(kind), C(msg), C(status) (the request's HTTP
-    status), C(evidence) (the new dump's path, or the reasoning's length), C(seconds). Null
-    when none was asked or it did not run (check mode, node_rank >= 1, the proofs never held).
+    status), C(evidence) (the new dump's path, or the reasoning's length), C(seconds), and for
+    V(generate) with a dump directory C(removed) (the proof's own dump was removed again) and
+    C(kept_why) (why not). Null when none was asked or it did not run (check mode, node_rank >= 1,
+    the proofs never held).
   returned: always
   type: dict
-  sample: {ok: true, kind: generate, msg: "POST /generate -> 200, new dump /dev/shm/sglang_hs/req-1.pt", status: 200,
-           evidence: /dev/shm/sglang_hs/req-1.pt, seconds: 0.31}
+  sample: {ok: true, kind: generate, msg: "POST /generate -> 200, new dump /dev/shm/sglang_hs/req-1.pt; removed again
+             (the dump directory holds data)", status: 200, evidence: /dev/shm/sglang_hs/req-1.pt, seconds: 0.31,
+           removed: true, kept_why: null}
 operation_lock_released:
   description: >-
     What became of the operation lock named by O(release_lock) - C(changed) (removed), C(token) (the

@@ -32,6 +32,7 @@ _loganalysis judges each line with the patterns of _logpatterns).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -484,7 +485,9 @@ class Readiness:
         if self.opts.work is None or self._work is not None:
             return None
         self.waiting_for = "the proof of work (%s)" % self.opts.work.kind
-        self._work = _workproof.prove(self.opts.work, self.inst.host, self.inst.port or 0, self.opts.api_key,
+        proc = _procs.read_proc(self.inst.pid)  # the owner of the dump the proof may remove again
+        check = dataclasses.replace(self.opts.work, server_uid=proc.uid if proc else None)
+        self._work = _workproof.prove(check, self.inst.host, self.inst.port or 0, self.opts.api_key,
                                       self.clock, self.sleep)
         if self._work.ok:
             return None
