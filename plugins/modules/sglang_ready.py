@@ -268,7 +268,9 @@ notes:
   - Failures are C(fail_json) with C(msg) (one precise sentence) and C(reason), one of
     V(exited), V(fatal_log), V(stale_server), V(config_mismatch), V(unauthorized),
     V(log_missing), V(log_truncated), V(bad_log), V(timeout), V(ready_line_hidden),
-    V(work_failed), V(record_missing), V(record_invalid), V(invalid_argument), V(bad_name), V(io_error),
+    V(work_failed), V(record_missing), V(record_invalid), V(record_damaged) (the record file is empty, cut
+    short or not a JSON object - the check only reads it; a restart or a teardown keeps it aside and goes on),
+    V(invalid_argument), V(bad_name), V(io_error),
     V(permission_denied), V(error) (the code is the one set where the failure was found).
   - A stale server that answers C(/health) 200 on the port never makes a failed launch ready.
 seealso:

@@ -135,3 +135,53 @@ def test_one_count_of_what_a_contained_teardown_stops(instances, tmp_path) -> No
     done = _run(name, state_dir, check_mode=False)
     assert len(done["targets"]) == len(done["killed"]) == done["stopped"] == 3
     assert len(_diff_processes(done)) == 3
+
+
+# --- a damaged launch record ------------------------------------------------------------------
+
+@needs_cgroup
+@pytest.mark.parametrize("damage", [b"", b'{"name": "x", "pid": 12'])
+def test_a_damaged_record_is_kept_aside_and_the_instance_still_stopped(instances, tmp_path, damage) -> None:
+    state_dir, name = str(tmp_path / "state"), _name()
+    os.makedirs(state_dir, mode=0o700)
+    rec = instances.start(name, state_dir, children=1)
+    path = _record.record_path(state_dir, name)
+    with open(path, "wb") as fh:  # a full disk or a crash cut the record short
+        fh.write(damage)
+    plan = _run(name, state_dir, check_mode=True)
+    assert plan["record_damaged"]["path"] == path and os.path.exists(path)  # check mode renames nothing
+    assert ".damaged-" in plan["record_damaged"]["would_keep_as"]
+    assert plan["stopped"] == 2 and plan["containment"]["cgroup"] == rec["cgroup"]
+    done = _run(name, state_dir, check_mode=False)
+    kept = done["record_damaged"]["kept_as"]
+    assert not os.path.exists(path) and os.path.isfile(kept)
+    with open(kept, "rb") as fh:
+        assert fh.read() == damage  # kept for inspection, as it was
+    assert done["stopped"] == 2 and done["containment"]["removed"] is True
+    assert not os.path.exists(rec["cgroup"])
+    assert any("damaged" in note for note in done["record"]["notes"])
+    # the next run finds nothing left, and never reads the kept file as a record
+    again = _run(name, state_dir, check_mode=False)
+    assert again["stopped"] == 0 and again["record_damaged"] is None and os.path.isfile(kept)
+
+
+@needs_cgroup
+def test_an_empty_cgroup_left_without_a_record_is_removed(instances, tmp_path) -> None:
+    state_dir, name = str(tmp_path / "state"), _name()
+    os.makedirs(state_dir, mode=0o700)
+    fields = _containment.prepare(name, "cgroup", "test")
+    instances.cgroups.append(fields["cgroup"])
+    done = _run(name, state_dir, check_mode=False)
+    assert done["containment"]["removed"] is True and not os.path.exists(fields["cgroup"])
+
+
+@needs_cgroup
+def test_a_cgroup_of_the_same_name_from_another_state_dir_is_never_taken(instances, tmp_path) -> None:
+    name = _name()
+    theirs, ours = str(tmp_path / "theirs"), str(tmp_path / "ours")
+    os.makedirs(theirs, mode=0o700)
+    os.makedirs(ours, mode=0o700)
+    rec = instances.start(name, theirs, children=1)  # their record lives in their state dir
+    done = _run(name, ours, check_mode=False)
+    assert done["stopped"] == 0 and "containment" not in done
+    assert os.path.isdir(rec["cgroup"]) and _procs.is_alive(rec["pid"])

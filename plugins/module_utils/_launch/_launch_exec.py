@@ -190,11 +190,34 @@ def previous_exit_text(name: str, prev: Mapping[str, Any]) -> str:
     return "the previous server of instance %r (pid %s) %s" % (name, prev.get("pid"), prev.get("how"))
 
 
+def _readable_record(req: Request) -> Optional[Dict[str, Any]]:
+    """The instance's launch record; a damaged one (set aside by `run` outside check mode, named
+    in `record_damaged`) is no record: the instance is then known by its marker, port and cgroup."""
+    try:
+        return _record.read_record(req.state_dir, req.name)
+    except SglangError as exc:
+        if exc.details.get("reason") != _record.DAMAGED:
+            raise
+        return None
+
+
+def damaged_record(req: Request, check_mode: bool, warn: Callable[[str], None]) -> Optional[Dict[str, Any]]:
+    """A damaged launch record (zero bytes, cut short) never wedges the instance: kept aside for
+    inspection (renamed, never deleted; check mode only names where), said in a warning, and the
+    call goes on as for an instance without a record. Nothing when the preflight failed."""
+    if req.pf.report.errors or not os.path.isdir(req.state_dir):
+        return None
+    info = _record.damaged_record(req.state_dir, req.name, check_mode)
+    if info is not None:
+        warn(_record.damaged_text(req.name, info))
+    return info
+
+
 def gather(req: Request, check_mode: bool) -> _launch_plan.Facts:
     """Under the lock: the record, the port and its holders (their checks join the preflight
     report), then the probe or the cgroup check where the plan depends on them."""
     p, report = req.params, req.pf.report
-    record = _record.read_record(req.state_dir, req.name) if os.path.isdir(req.state_dir) else None
+    record = _readable_record(req) if os.path.isdir(req.state_dir) else None
     running = _is_running(record)
     port_state = "free"
     holders: List[Dict[str, Any]] = []
@@ -396,6 +419,9 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
         if taken is not None:
             partial["operation_lock"] = taken
         with _instance_lock(req, take=not check_mode and not req.pf.report.errors, stop=stop):
+            damaged = damaged_record(req, check_mode, warn)
+            if damaged is not None:
+                partial["record_damaged"] = damaged
             prev = _previous_exit_now(req)
             decision = _launch_plan.decide(facts_for(req, stop, check_mode, diff, warn, partial))
             partial = result = outcome(partial, req.pf.report, decision, diff)

@@ -176,7 +176,7 @@ def read_records(state_dir: str, unavailable: List[str],
         try:
             rec = read_json(path) or {}
         except SglangError as exc:
-            out.append({"path": path, "error": exc.msg})
+            out.append({"path": path, "error": exc.msg, "reason": exc.details.get("reason")})
             continue
         if full is not None:
             full.append(rec)

@@ -18,7 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment_systemd as _systemd
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _pidfd
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
@@ -102,6 +104,7 @@ class Plan:
     contained: bool = False               # the record names a cgroup: it is the member list
     cgroup: Optional[str] = None          # the launch's own cgroup, when it still exists
     members: List[Dict[str, object]] = field(default_factory=list)    # its processes when planned
+    damaged: Optional[Dict[str, object]] = None  # the damaged launch record, kept aside (record_damaged)
 
     @property
     def targets(self) -> Dict[int, Target]:
@@ -222,17 +225,71 @@ def open_handles(targets: Dict[int, Target]) -> Dict[int, _pidfd.Handle]:
     return handles
 
 
-def make_plan(scope: Scope, opts: Options, world: Optional[World] = None) -> Plan:
+def _read_record(scope: Scope, check_mode: bool) -> Tuple[Optional[Dict[str, object]], Optional[Dict[str, object]]]:
+    """(the instance's launch record, what was damaged). A damaged record (zero bytes, cut short)
+    is kept aside for inspection (renamed; check mode: only named) and read as no record: the
+    instance is still found by its marker, ports and cgroup (_recovered_cgroup)."""
+    if not (scope.name and scope.state_dir):
+        return None, None
+    damaged = _record.damaged_record(scope.state_dir, scope.name, check_mode) \
+        if os.path.isdir(scope.state_dir) else None
+    if damaged is not None:
+        return None, damaged
+    return _record.read_record(scope.state_dir, scope.name), None
+
+
+def _marked_ours(pid: int, scope: Scope) -> bool:
+    """The process carries this instance's marker (name and state dir)."""
+    env = _procs.read_environ(pid) or {}
+    their_dir = env.get(_procs.MARKER_STATE_DIR)
+    return (env.get(_procs.MARKER_INSTANCE) == scope.name and bool(their_dir) and bool(scope.state_dir)
+            and os.path.realpath(their_dir or "") == os.path.realpath(scope.state_dir or ""))
+
+
+def _recovered_cgroup(scope: Scope) -> Optional[Dict[str, object]]:
+    """Without a launch record (missing, or set aside as damaged), the containment it would have
+    named: the instance's own cgroup (its path follows from the name), when it exists, belongs to
+    root or the module's user, and every process in it carries this instance's marker - or it is
+    empty (then it is only removed). Another state dir's instance of the same name is never taken."""
+    mount = _cgroup.v2_mount()
+    if not scope.name or mount is None:
+        return None
+    found: List[Tuple[str, str, Optional[str]]] = []
+    if _systemd.pid1_is_systemd():
+        unit = _systemd.unit_name(scope.name)
+        path = _systemd.cgroup_path(unit)
+        if path and os.path.isdir(path):
+            found.append(("systemd", path, unit))
+    path = _cgroup.instance_path(mount, scope.name)
+    if not found and os.path.isdir(path) and not os.path.islink(path):
+        found.append(("cgroup", path, None))
+    if not found:
+        return None
+    backend, path, unit = found[0]
+    _cgroup.check_owned(path)  # another owner: unsafe_cgroup, before any signal
+    if not all(_marked_ours(pid, scope) for pid in _cgroup.members(path)):
+        return None
+    return {"name": scope.name, "containment": backend, "unit": unit, "cgroup": path,
+            "cgroup_id": _cgroup.cgroup_id(path), "boot_id": _containment.boot_id(),
+            "containment_why": "recovered without a launch record: the instance's cgroup, every member marked"}
+
+
+def make_plan(scope: Scope, opts: Options, world: Optional[World] = None, check_mode: bool = False) -> Plan:
     euid = world.euid if world else os.geteuid()
     dirs = open_dirs(opts, euid)
     handles: Dict[int, _pidfd.Handle] = {}
     try:
         world = world or World.capture(scope, opts.gpu_backend)
-        record = None
+        record, damaged = _read_record(scope, check_mode)
         record_files = _record_files(scope)
-        if scope.name and scope.state_dir:
-            record = _record.read_record(scope.state_dir, scope.name)
         selection = select(scope, world, record, _launch_exited(scope, record))
+        if damaged is not None:
+            selection.record_notes.append(_record.damaged_text(scope.name or "", damaged))
+        if record is None:  # the cgroup the record would name, when it is provably this instance's
+            record = _recovered_cgroup(scope)
+            if record is not None:
+                selection.record_notes.append("no launch record: the instance's cgroup %s was found by its name "
+                                              "and its members' marker" % record["cgroup"])
         contained = _containment.is_contained(record)
         cgroup, members = _cgroup_of(record, selection) if contained else (None, [])
         handles = open_handles(selection.targets)
@@ -246,7 +303,7 @@ def make_plan(scope: Scope, opts: Options, world: Optional[World] = None) -> Pla
         dirs.close()
         raise
     return Plan(scope, selection, world, record, steps, files, kept, tmpdir, note, record_files, handles, dirs,
-                contained, cgroup, members)
+                contained, cgroup, members, damaged)
 
 
 def _cgroup_of(record: Optional[Dict[str, object]], selection: Selection
@@ -499,6 +556,7 @@ def summary(plan: Plan) -> Dict[str, object]:
         "foreign_listeners": sel.foreign_listeners,
         "record": {"notes": sel.record_notes, "files": plan.record_files, "tmpdir": plan.tmpdir,
                    "tmpdir_note": plan.tmpdir_note},
+        "record_damaged": plan.damaged,
     }
 
 

@@ -57,7 +57,7 @@ def run(req: Request, check_mode: bool, diff: bool, warn: Callable[[str], None])
     `warn` before anything is done; a failure is raised with its reason and the whole result
     (and the diff) as details."""
     start = time.monotonic()
-    plan = _teardown.make_plan(req.scope, req.opts)
+    plan = _teardown.make_plan(req.scope, req.opts, check_mode=check_mode)
     try:
         _teardown.check_preconditions(plan)
         plan_s = round(time.monotonic() - start, 3)
