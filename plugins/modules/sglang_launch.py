@@ -373,10 +373,21 @@ options:
         type: path
         default: /dev/shm
       purge_paths:
-        description: Directories to empty (judged and refused as the teardown's O(teardown.purge_paths)).
+        description:
+          - Directories to empty (judged and refused as the teardown's O(teardown.purge_paths)).
+          - Not emptied when the running server has the requested configuration and is replaced only because it
+            did not answer (RV(reason) V(unresponsive)) - RV(teardown) says C(purge_skipped).
         type: list
         elements: path
         default: []
+      takeover:
+        description:
+          - Other instances, by name, the teardown may stop when they hold the port; without it the call fails
+            before anything is stopped with RV(reason) V(other_instance), naming the instance and how to stop it.
+        type: list
+        elements: str
+        default: []
+        version_added: "0.6.0"
 attributes:
   check_mode:
     support: full

@@ -18,6 +18,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 
 MOUNT = _cgroup.v2_mount()
@@ -44,7 +45,7 @@ while True:
 
 TEARDOWN = dict(ports=[], gpus=[], patterns=[], sglang_processes=False, all_users=False, protect=[],
                 foreign_gpu_processes="fail", grace_period=5.0, timeout=10.0, shm_cleanup=False,
-                shm_dir="/dev/shm", purge_paths=[])
+                shm_dir="/dev/shm", purge_paths=[], takeover=[])
 
 
 def _name() -> str:
@@ -67,7 +68,7 @@ class Instances:
         self.cgroups: List[str] = []
 
     def start(self, name: str, state_dir: str, children: int = 2, port: int = 0,
-              contained: bool = True, record: bool = True) -> Dict[str, Any]:
+              contained: bool = True, record: bool = True, marker: bool = True) -> Dict[str, Any]:
         fields: Dict[str, Any] = {"containment": "none"}
         if contained:
             fields = _containment.prepare(name, "cgroup", "test")
@@ -75,6 +76,9 @@ class Instances:
         ready = self.tmp / ("%s.ready" % name)
         env = dict(os.environ, **{_procs.MARKER_INSTANCE: name, _procs.MARKER_STATE_DIR: state_dir,
                                   _procs.MARKER_LAUNCH_ID: uuid.uuid4().hex})
+        if not marker:  # a hand-started server: no marker, no record
+            for key in (_procs.MARKER_INSTANCE, _procs.MARKER_STATE_DIR):
+                env.pop(key)
         path = fields.get("cgroup")
         proc = subprocess.Popen([sys.executable, "-c", TREE, str(children), str(ready), str(port)], env=env,
                                 preexec_fn=(lambda: _cgroup.join(path)) if path else None,
@@ -84,7 +88,7 @@ class Instances:
         while not (ready.exists() and ready.read_text().count("ready") >= children + 1):
             assert time.monotonic() < deadline, "the test tree never became ready"
             time.sleep(0.02)
-        rec = dict(fields, name=name, state_dir=state_dir, pid=proc.pid, launch_id=env[_procs.MARKER_LAUNCH_ID],
+        rec = dict(fields, name=name, state_dir=state_dir, pid=proc.pid, launch_id=env.get(_procs.MARKER_LAUNCH_ID),
                    start_time=_procs.read_proc(proc.pid).start_time, host="127.0.0.1", port=port or None,
                    log_path=str(self.tmp / ("%s.log" % name)))
         if record:
@@ -185,3 +189,39 @@ def test_a_cgroup_of_the_same_name_from_another_state_dir_is_never_taken(instanc
     done = _run(name, ours, check_mode=False)
     assert done["stopped"] == 0 and "containment" not in done
     assert os.path.isdir(rec["cgroup"]) and _procs.is_alive(rec["pid"])
+
+
+# --- another instance on a managed port ---------------------------------------------------------
+
+def test_another_instance_on_the_port_is_refused_before_anything_is_stopped(instances, tmp_path) -> None:
+    state_dir = str(tmp_path / "state")
+    os.makedirs(state_dir, mode=0o700)
+    a, b, port = _name(), _name(), _free_port()
+    rec = instances.start(a, state_dir, children=1, port=port, contained=False)
+    for check_mode in (True, False):
+        with pytest.raises(SglangError) as caught:
+            _run(b, state_dir, check_mode=check_mode, ports=[port])
+        exc = caught.value
+        assert exc.details["reason"] == "other_instance", exc.msg
+        assert "instance %r" % a in exc.msg and "ansible-playbook playbooks/teardown.yml -e sglang_name=%s" % a in exc.msg
+        assert "takeover: [%s]" % a in exc.msg and "Nothing was stopped" in exc.msg
+        assert rec["pid"] in exc.details["other_instances_on_ports"][0]["pids"]  # (its child shares the socket)
+        assert _procs.is_alive(rec["pid"], rec["start_time"])
+    # the operator asks for the takeover by name: then it is stopped
+    done = _run(b, state_dir, check_mode=False, ports=[port], takeover=[a])
+    assert done["stopped"] == 2 and not _procs.is_alive(rec["pid"], rec["start_time"])
+
+
+def test_a_takeover_must_name_an_instance(tmp_path) -> None:
+    with pytest.raises(SglangError) as caught:
+        _teardown_call.prepare(dict(TEARDOWN, takeover=["../a"]), "b", str(tmp_path), "none")
+    assert caught.value.details["reason"] == "bad_option" and "takeover" in caught.value.msg
+
+
+def test_a_hand_started_server_on_the_port_is_still_stopped(instances, tmp_path) -> None:
+    state_dir = str(tmp_path / "state")
+    os.makedirs(state_dir, mode=0o700)
+    port = _free_port()
+    rec = instances.start(_name(), state_dir, children=1, port=port, contained=False, record=False, marker=False)
+    done = _run(_name(), state_dir, check_mode=False, ports=[port])
+    assert done["stopped"] == 2 and not _procs.is_alive(rec["pid"], rec["start_time"])

@@ -213,6 +213,30 @@ def damaged_record(req: Request, check_mode: bool, warn: Callable[[str], None]) 
     return info
 
 
+def _label_other_instances(req: Request, holders: List[Dict[str, Any]], report: _preflight.Report) -> None:
+    """Port holders that carry another instance's marker are named as that instance: a restart's
+    teardown refuses to stop another instance (reason other_instance) unless its `takeover`
+    names it - said now, before anything is done."""
+    for holder in holders:
+        if holder.get("instance") or not holder.get("pid"):
+            continue
+        marker = _procs.marker_of(int(holder["pid"])) or {}
+        name, their_dir = marker.get(_procs.MARKER_INSTANCE), marker.get(_procs.MARKER_STATE_DIR)
+        ours = os.path.realpath(req.state_dir)
+        if not name or (name == req.name and os.path.realpath(their_dir or req.state_dir) == ours):
+            continue
+        holder.update(other_instance=name, other_state_dir=their_dir)
+        holder.setdefault("note", "instance %r" % name)
+        command = "ansible-playbook playbooks/teardown.yml -e sglang_name=%s" % name
+        if their_dir and os.path.realpath(their_dir) != ours:
+            command += " -e sglang_state_dir=%s" % their_dir
+        text = ("port %s is held by instance %r (pid %s), not by %r: a restart's teardown never stops another "
+                "instance (it refuses, reason other_instance) unless its takeover names it (takeover: [%s]); "
+                "stop it with `%s`" % (req.pf.port, name, holder["pid"], req.name, name, command))
+        if text not in report.warnings:
+            report.warn("port_holders", text)
+
+
 def gather(req: Request, check_mode: bool) -> _launch_plan.Facts:
     """Under the lock: the record, the port and its holders (their checks join the preflight
     report), then the probe or the cgroup check where the plan depends on them."""
@@ -225,6 +249,7 @@ def gather(req: Request, check_mode: bool) -> _launch_plan.Facts:
         port_report = _preflight.Report()
         port_state, holders = _preflight.check_port(port_report, p["host"], req.pf.port,
                                                     record if running else None, running)
+        _label_other_instances(req, holders, report)
         report.checks.extend(port_report.checks)
         report.warnings.extend(port_report.warnings)
         # A foreign holder fails the preflight on its own (naming it once); a busy port alone

@@ -46,6 +46,7 @@ class Options:
     shm_dir: str = _shm.SHM_DIR
     purge_paths: List[str] = field(default_factory=list)
     gpu_backend: str = "auto"
+    takeover: List[str] = field(default_factory=list)  # other instances this teardown may stop, by name
 
 
 def validate_options(opts: Options, state_dir: Optional[str]) -> None:
@@ -57,6 +58,11 @@ def validate_options(opts: Options, state_dir: Optional[str]) -> None:
         raise SglangError("timeout must be >= 0 (got %s)" % opts.timeout, reason="bad_option")
     if opts.gpu_backend not in _gpus.BACKENDS:
         raise SglangError("gpu_backend must be one of %s" % ", ".join(_gpus.BACKENDS), reason="bad_option")
+    for name in opts.takeover:
+        try:
+            _record.validate_name(name)
+        except SglangError as exc:
+            raise SglangError("takeover: %s" % exc.msg, reason="bad_option")
     opts.purge_paths = [_purge.check_purge_path(path, state_dir, opts.shm_dir) for path in opts.purge_paths]
 
 
@@ -318,11 +324,48 @@ def _cgroup_of(record: Optional[Dict[str, object]], selection: Selection
     return path, members
 
 
-def check_preconditions(plan: Plan) -> None:
-    """Refuse BEFORE any signal: scope conflicts, foreign GPU users (foreign_gpu_processes=fail)."""
+TEARDOWN_PLAYBOOK = "ansible-playbook playbooks/teardown.yml -e sglang_name=%s"
+
+
+def _other_instances(plan: Plan, takeover: List[str]) -> List[Dict[str, object]]:
+    """The other instances among the targets (found on a managed port) that `takeover` does not
+    name: name, state dir, pids - what the refusal names."""
+    found: Dict[Tuple[str, str], List[int]] = {}
+    for pid, name in sorted(plan.selection.other_instance_targets.items()):
+        if name in takeover:
+            continue
+        marker = _procs.marker_of(pid) or {}
+        found.setdefault((name, marker.get(_procs.MARKER_STATE_DIR) or "?"), []).append(pid)
+    return [{"name": n, "state_dir": d, "pids": p} for (n, d), p in sorted(found.items())]
+
+
+def _other_instance_error(plan: Plan, others: List[Dict[str, object]]) -> SglangError:
+    ports = ", ".join(str(p) for p in plan.scope.ports) or "a managed port"
+    named = []
+    for other in others:
+        command = TEARDOWN_PLAYBOOK % other["name"]
+        if other["state_dir"] not in ("?", plan.scope.state_dir):
+            command += " -e sglang_state_dir=%s" % other["state_dir"]
+        named.append("instance %r (pids %s, state dir %s) - stop it with `%s` (or an ad hoc "
+                     "llmops.sglang.sglang_teardown with name=%s state_dir=%s)" % (
+                         other["name"], ", ".join(map(str, other["pids"])), other["state_dir"], command,
+                         other["name"], other["state_dir"]))
+    return SglangError("refusing to tear down: %s is held by another instance, which a teardown of %r never "
+                       "stops: %s; or name it in the teardown's takeover (takeover: [%s]) to let this run stop it. "
+                       "Nothing was stopped" % (ports, plan.scope.name, "; ".join(named),
+                                                ", ".join(str(o["name"]) for o in others)),
+                       reason="other_instance", other_instances_on_ports=others)
+
+
+def check_preconditions(plan: Plan, takeover: Optional[List[str]] = None) -> None:
+    """Refuse BEFORE any signal: scope conflicts, another instance on a managed port (unless
+    taken over by name), foreign GPU users (foreign_gpu_processes=fail)."""
     sel = plan.selection
     if sel.conflicts:
         raise SglangError("refusing to tear down: " + "; ".join(sel.conflicts), reason="scope_conflict")
+    others = _other_instances(plan, list(takeover or []))
+    if others:
+        raise _other_instance_error(plan, others)
     # with kill, a foreign user that is protected (or another user's) still blocks
     refuse = plan.scope.foreign_gpu_processes == "fail" or any("why_not" in f for f in sel.foreign_gpu)
     if sel.foreign_gpu and refuse:
