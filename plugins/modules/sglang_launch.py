@@ -282,9 +282,11 @@ options:
   probe_timeout:
     description:
       - Seconds a running server with the requested configuration has to answer an HTTP request
-        (C(GET /v1/models), no credentials; any HTTP status is an answer). One that does not
-        answer (hung, stopped) is RV(reason) V(unresponsive) - changed in check mode, so a restart
-        replaces it; a failure otherwise.
+        (C(GET /v1/models), no credentials; any HTTP status is an answer). A request that gets no
+        answer is sent again, 3 attempts at most with 1 s between them (at most 3 x O(probe_timeout)
+        + 2 s in all, 17 s by default), since a stall of one request is no hung server. One that answers
+        none (hung, stopped) is RV(reason) V(unresponsive) - changed in check mode, so a restart
+        replaces it; a failure otherwise. One that answers a retry is kept, with a warning.
     type: float
     default: 5
   spawn_timeout:
@@ -371,10 +373,21 @@ options:
         type: path
         default: /dev/shm
       purge_paths:
-        description: Directories to empty (judged and refused as the teardown's O(teardown.purge_paths)).
+        description:
+          - Directories to empty (judged and refused as the teardown's O(teardown.purge_paths)).
+          - Not emptied when the running server has the requested configuration and is replaced only because it
+            did not answer (RV(reason) V(unresponsive)) - RV(teardown) says C(purge_skipped).
         type: list
         elements: path
         default: []
+      takeover:
+        description:
+          - Other instances, by name, the teardown may stop when they hold the port; without it the call fails
+            before anything is stopped with RV(reason) V(other_instance), naming the instance and how to stop it.
+        type: list
+        elements: str
+        default: []
+        version_added: "0.6.0"
 attributes:
   check_mode:
     support: full
@@ -495,10 +508,32 @@ decision:
   type: str
   sample: "instance 'serving' (pid 4242, stopped (state T)) runs the requested configuration but did not answer /v1/models within 5 s: it must be replaced"
 probe:
-  description: The HTTP probe of a running server that did not answer - C(endpoint), C(timeout), C(answered) (false),
-    C(status), C(error), C(state) (process state, V(T) when stopped).
+  description: The HTTP probe of a running server that did not answer - C(endpoint), C(timeout) (of each attempt),
+    C(answered) (false), C(status), C(error), C(state) (process state, V(T) when stopped), C(attempts) (how many
+    requests it sent), C(max_attempts), C(retried), C(seconds) (all attempts together). A server that answered a
+    retry is kept; the stall is a warning (RV(preflight), check C(liveness)).
   returned: when reason is unresponsive
   type: dict
+replace_reason:
+  description:
+    - What a replacement the plan asks for (check mode, changed) is for - the RV(reason) V(config_changed),
+      V(unresponsive), V(port_busy) or V(cgroup_busy); null when no running server must be replaced. A server
+      replaced because it is V(unresponsive) runs the requested configuration - its data is kept (with
+      O(teardown), that call's C(purge_paths) are not emptied, see RV(teardown)).
+  returned: always
+  type: str
+  version_added: "0.6.0"
+  sample: unresponsive
+previous_exit:
+  description:
+    - The instance's recorded server is gone without a teardown (RV(reason) V(not_running)) - its C(pid),
+      C(launch_id), C(launched_at), whether its C(exit_file) exists and, from it, C(returncode), C(signal),
+      C(exited_at) (epoch) and C(exited_at_utc); C(how) says it in words (also in RV(decision)).
+  returned: when the launch record names a server that is gone
+  type: dict
+  version_added: "0.6.0"
+  sample: {pid: 4242, launch_id: 9f2c, exit_file: true, returncode: 1, signal: null, exited_at: 1767225600.0,
+           exited_at_utc: "2026-01-01T00:00:00Z", how: "exited on its own at 2026-01-01T00:00:00Z with exit code 1"}
 pid:
   description: Main server process (the one that owns the port); null in check mode.
   returned: always
@@ -618,6 +653,8 @@ teardown:
       C(killed), C(survivors), C(ports_after), C(shm_removed), C(record_removed), C(timings), ...;
       in check mode what it would do). When it failed, also C(failed), C(reason) and C(msg); the
       task fails with the same RV(reason) and nothing was started.
+    - C(purge_skipped) (C(paths), C(reason) V(unresponsive), C(why)) - the running server had the requested
+      configuration and did not answer, so it was stopped without emptying C(purge_paths) (its dumps are data).
   returned: when O(teardown) was given and the preflight passed
   type: dict
   version_added: "0.5.0"

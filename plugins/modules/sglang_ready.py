@@ -41,7 +41,11 @@ description:
     the cause: warnings such as C(Ignore import error when loading X: No module named Y) that
     healthy servers print when an optional dependency is missing (see O(extra_benign_patterns))."
   - A server that already listens on its port when the check begins (a re-check of a running
-    server) is judged by the port owner, C(/server_info) and health. Its log is used only for
+    server) is judged by the port owner, C(/server_info) and health. A launch that was never judged
+    ready before (it is not the start remembered in O(state_dir)) is judged as a start even when it
+    already holds its port - a server this play launched that bound its port within the first poll -
+    so it needs its ready line, its settle window counts from it and its start is remembered for the
+    next RV(slow_start); only one whose log has grown past a start's (4 MiB) is taken as running. Its log is used only for
     the startup up to the ready line, if the log still has it; later lines (recovered
     per-request errors, hours of access lines) are never read, and a rotated, truncated or
     deleted log is no failure (RV(already_running)).
@@ -212,7 +216,11 @@ options:
       - V(generate) - C(POST /generate) with 4 tokens must answer 200; with O(work.dump_dir), a
         regular file in that directory (recursively, symlinks not followed) must appear or change
         after the request began (the directory is listed just before the request, so a dump the
-        start-up's warm-up wrote is not taken for a new one).
+        start-up's warm-up wrote is not taken for a new one). The dump directory holds the
+        operator's data, so once checked the proof's own file is removed again - only when it is the
+        one file that appeared since the request (with other requests' dumps beside it, nothing is
+        removed), through directory descriptors without following symlinks, a regular file owned by
+        the server's user that is still the file checked. RV(work) says C(removed) or C(kept_why).
       - V(chat_reasoning) - C(POST /v1/chat/completions) (the model id from C(GET /v1/models))
         must answer 200 with a non-empty C(choices[0].message.reasoning_content) (a server
         started without C(--reasoning-parser) returns the reasoning inside C(content)).
@@ -260,7 +268,9 @@ notes:
   - Failures are C(fail_json) with C(msg) (one precise sentence) and C(reason), one of
     V(exited), V(fatal_log), V(stale_server), V(config_mismatch), V(unauthorized),
     V(log_missing), V(log_truncated), V(bad_log), V(timeout), V(ready_line_hidden),
-    V(work_failed), V(record_missing), V(record_invalid), V(invalid_argument), V(bad_name), V(io_error),
+    V(work_failed), V(record_missing), V(record_invalid), V(record_damaged) (the record file is empty, cut
+    short or not a JSON object - the check only reads it; a restart or a teardown keeps it aside and goes on),
+    V(invalid_argument), V(bad_name), V(io_error),
     V(permission_denied), V(error) (the code is the one set where the failure was found).
   - A stale server that answers C(/health) 200 on the port never makes a failed launch ready.
 seealso:
@@ -433,6 +443,7 @@ already_running:
   description: >-
     Whether the launch already listened on its port when the check began (a re-check): it was
     judged by the port owner, /server_info and health, and its old log lines were not read.
+    Never true for a launch that was not judged ready before (see the description).
   returned: always
   type: bool
 settle:
@@ -458,12 +469,15 @@ settle_from:
 work:
   description: >-
     The proof of work (O(work)) - C(ok), C(kind), C(msg), C(status) (the request's HTTP
-    status), C(evidence) (the new dump's path, or the reasoning's length), C(seconds). Null
-    when none was asked or it did not run (check mode, node_rank >= 1, the proofs never held).
+    status), C(evidence) (the new dump's path, or the reasoning's length), C(seconds), and for
+    V(generate) with a dump directory C(removed) (the proof's own dump was removed again) and
+    C(kept_why) (why not). Null when none was asked or it did not run (check mode, node_rank >= 1,
+    the proofs never held).
   returned: always
   type: dict
-  sample: {ok: true, kind: generate, msg: "POST /generate -> 200, new dump /dev/shm/sglang_hs/req-1.pt", status: 200,
-           evidence: /dev/shm/sglang_hs/req-1.pt, seconds: 0.31}
+  sample: {ok: true, kind: generate, msg: "POST /generate -> 200, new dump /dev/shm/sglang_hs/req-1.pt; removed again
+             (the dump directory holds data)", status: 200, evidence: /dev/shm/sglang_hs/req-1.pt, seconds: 0.31,
+           removed: true, kept_why: null}
 operation_lock_released:
   description: >-
     What became of the operation lock named by O(release_lock) - C(changed) (removed), C(token) (the
@@ -659,6 +673,8 @@ def _context(params: Dict[str, Any], record: Dict[str, Any], opts: _readiness.Op
     """What a wait needs besides the readiness state, fixed when it begins."""
     where = _store_location(params, record)
     last = _timeline_store.baseline(where["state_dir"], where["name"], record.get("launch_id"))
+    # a launch never judged ready is a start, even when it bound its port before the first poll
+    opts.proven_before = _timeline_store.proven(where["state_dir"], where["name"], record.get("launch_id"))
     return dict(where, expect=opts.expect, node_rank=opts.node_rank,
                 last_start_seconds=last.get("start_seconds") if last else None)
 

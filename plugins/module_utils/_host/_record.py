@@ -16,6 +16,7 @@ import os
 import pwd
 import re
 import stat
+import time
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
@@ -47,6 +48,21 @@ def default_state_dir() -> str:
 
 def record_path(state_dir: str, name: str) -> str:
     return os.path.join(state_dir, "%s.json" % validate_name(name))
+
+
+def is_record_file(filename: str) -> bool:
+    """Is `filename` (a base name) a launch record, `<name>.json`? Instance names have no dots,
+    so the instance's other JSON files (`<name>.exit.json`, `<name>.timeline.json`, ...) never are."""
+    return filename.endswith(".json") and bool(_NAME.fullmatch(filename[:-len(".json")]))
+
+
+def record_files(state_dir: str) -> List[str]:
+    """The launch records in `state_dir` (paths, sorted); none when it cannot be listed."""
+    try:
+        names = os.listdir(state_dir)
+    except OSError:
+        return []
+    return [os.path.join(state_dir, n) for n in sorted(names) if is_record_file(n)]
 
 
 def exit_path(state_dir: str, name: str) -> str:
@@ -322,12 +338,88 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
                 raise _unsafe_record(path, "it is owned by another user", st)
             if st.st_mode & 0o022:
                 raise _unsafe_record(path, "it is writable by group or others", st)
-            data = json.loads(fh.read().decode("utf-8"))
-    except (OSError, ValueError) as exc:
+            raw = fh.read()
+    except OSError as exc:
         raise SglangError("cannot read %s: %s" % (path, exc))
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:  # zero bytes, cut short by a full disk or a crash, not UTF-8
+        raise _damaged(path, "%s (%d bytes)" % (exc, len(raw)) if raw else "it is empty (0 bytes)")
     if not isinstance(data, dict):
-        raise SglangError("%s does not hold a JSON object" % path)
+        raise _damaged(path, "it does not hold a JSON object")
     return data
+
+
+DAMAGED = "record_damaged"
+
+
+def _damaged(path: str, why: str) -> SglangError:
+    return SglangError("cannot read %s: %s" % (path, why), reason=DAMAGED, path=path)
+
+
+def damaged_name(path: str, now: Optional[float] = None) -> str:
+    """Where a damaged record is kept for inspection: `<name>.json.damaged-<UTC stamp>` beside it
+    (never a record name itself: it does not end in .json)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    return "%s.damaged-%s" % (os.path.basename(path), stamp)
+
+
+def set_aside(path: str) -> str:
+    """Rename the damaged record at `path` to damaged_name() through a descriptor of its
+    directory (no symlink followed), only while it is still the regular file of root or the
+    module's user that fails to read as a record; never deleted. Returns the new path. The caller
+    holds the instance lock (no launch writes the record meanwhile)."""
+    directory, base = os.path.dirname(path) or ".", os.path.basename(path)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.stat(base, dir_fd=dir_fd, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode) or not _trusted_owner(st.st_uid) or st.st_mode & 0o022:
+            raise _unsafe_record(path, "it changed before it could be set aside", st)
+        try:
+            read_json(path)
+        except SglangError as exc:
+            if exc.details.get("reason") != DAMAGED:
+                raise
+        else:
+            raise SglangError("%s reads as a record again: not set aside" % path, reason="error", path=path)
+        target = damaged_name(path)
+        for n in range(1, 100):
+            if not os.path.lexists(os.path.join(directory, target)):
+                break
+            target = "%s-%d" % (damaged_name(path), n)
+        os.rename(base, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    return os.path.join(directory, target)
+
+
+def damaged_record(state_dir: str, name: str, check_mode: bool) -> Optional[Dict[str, Any]]:
+    """The instance's record when it exists but is damaged (empty, truncated, not a JSON object):
+    kept aside for inspection outside check mode (`kept_as`), in check mode only named
+    (`would_keep_as`). None for a good or missing record; an untrusted one raises (unsafe_record)."""
+    path = record_path(state_dir, name)
+    try:
+        read_json(path)
+        return None
+    except SglangError as exc:
+        if exc.details.get("reason") != DAMAGED:
+            raise
+        error = exc.msg
+    info: Dict[str, Any] = {"path": path, "error": error}
+    if check_mode:
+        info["would_keep_as"] = os.path.join(os.path.dirname(path), damaged_name(path))
+    else:
+        info["kept_as"] = set_aside(path)
+    return info
+
+
+def damaged_text(name: str, info: Dict[str, Any]) -> str:
+    """One sentence for the operator about a damaged record and where it is kept."""
+    where = info.get("kept_as") or info.get("would_keep_as")
+    return ("the launch record of instance %r was damaged (%s); %s %s for inspection, and the instance is found "
+            "by what is left: its cgroup, its marker, its ports" % (
+                name, info.get("error"), "kept aside as" if info.get("kept_as") else "it would be kept aside as",
+                where))
 
 
 def read_record(state_dir: str, name: str) -> Optional[Dict[str, Any]]:

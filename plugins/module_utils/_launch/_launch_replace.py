@@ -9,16 +9,14 @@ Imported only by a call that has `teardown` (a plan's call does not import the e
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List
 
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
-
-if TYPE_CHECKING:
-    from ansible_collections.llmops.sglang.plugins.module_utils._launch._launch_exec import Request
+from ansible_collections.llmops.sglang.plugins.module_utils._launch._launch_request import Request
 
 
-def _launch_paths(req: "Request") -> List[str]:
+def _launch_paths(req: Request) -> List[str]:
     """What the launch needs after the teardown: model, venv, interpreter, log and state dirs."""
     paths = [req.state_dir, req.log_dir]
     if os.path.isabs(req.pf.model_path or ""):
@@ -35,7 +33,7 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
-def request(req: "Request") -> _teardown_call.Request:
+def request(req: Request) -> _teardown_call.Request:
     """The validated teardown; a purge path that holds (or lies in) what the launch needs is
     refused, before any lock is taken or anything is stopped."""
     stop = _teardown_call.prepare(req.params["teardown"], req.name, req.state_dir, req.params["gpu_backend"])

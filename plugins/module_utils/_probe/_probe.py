@@ -7,7 +7,6 @@ used, and an ImportError there becomes a line in `unavailable` instead of a fail
 """
 from __future__ import annotations
 
-import glob
 import os
 import pwd
 import sys
@@ -22,7 +21,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import (
     DEFAULT_SEARCH_PATHS, Resolving, discover, in_use, untrusted_install)
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import start as start_resolve
-from ansible_collections.llmops.sglang.plugins.module_utils._host._record import default_state_dir, read_json
+from ansible_collections.llmops.sglang.plugins.module_utils._host._record import default_state_dir, read_json, record_files
 from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import mask_cmdline, masked_argv, redact_deep
 
 T = TypeVar("T")
@@ -174,13 +173,11 @@ def read_records(state_dir: str, unavailable: List[str],
     """Launch records with whether their server is alive (unknown, None, without the process
     layer); `full`, when given, receives each readable record as written."""
     out: List[Dict[str, Any]] = []
-    for path in sorted(glob.glob(os.path.join(state_dir, "*.json"))):
-        if path.endswith(".exit.json"):
-            continue
+    for path in record_files(state_dir):  # <name>.json only: not the exit, timeline or other files
         try:
             rec = read_json(path) or {}
         except SglangError as exc:
-            out.append({"path": path, "error": exc.msg})
+            out.append({"path": path, "error": exc.msg, "reason": exc.details.get("reason")})
             continue
         if full is not None:
             full.append(rec)

@@ -304,6 +304,7 @@ class Selection:
     named: Set[int] = field(default_factory=set)           # pids the launch record names (start time checked)
     outside_cgroup: List[Dict[str, object]] = field(default_factory=list)  # record heuristics, not members
     foreign_listeners: List[Dict[str, object]] = field(default_factory=list)  # beside the instance's address
+    other_instance_targets: Dict[int, str] = field(default_factory=dict)  # pid -> the other instance on a port
 
     def refuse(self, proc: _procs.Proc, would_be: List[str], why: str, world: "World") -> None:
         """Record a process a reason selected but a protection refused (once per pid)."""
@@ -605,6 +606,7 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
         target = Target(proc, list(candidates[pid]), via_port=pid in port_pids)
         if pid in other:
             target.add("belongs to instance %s (conflict on a managed port)" % other[pid])
+            sel.other_instance_targets[pid] = other[pid]  # refused before any signal unless taken over
         sel.targets[pid] = target
 
     _add_descendants(sel, scope, world, other)
