@@ -266,10 +266,18 @@ def _unsafe_record(path: str, why: str, st: Optional[os.stat_result] = None) -> 
                        "cannot write" % (path, why, _expected_owner()), reason="unsafe_record", path=path, **details)
 
 
-def read_json(path: str) -> Optional[Dict[str, Any]]:
+def is_record_file(filename: str) -> bool:
+    """`<name>.json` for a valid instance name: a launch record. Names have no dots, so the other
+    files of the state dir (`<name>.exit.json`, `<name>.timeline.json`, `<name>.good.json`) never
+    are one."""
+    return filename.endswith(".json") and bool(_NAME.fullmatch(filename[:-5]))
+
+
+def read_json(path: str, private: bool = False) -> Optional[Dict[str, Any]]:
     """A JSON object from a file root (or the module's user) wrote: opened without following a
     symlink and judged on the descriptor (owner, mode), so a file swapped in by another user is
-    refused with reason unsafe_record, never read."""
+    refused with reason unsafe_record, never read. `private` (a file holding secrets): group and
+    others must not be able to read it either."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
@@ -287,6 +295,8 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
                 raise _unsafe_record(path, "it is owned by another user", st)
             if st.st_mode & 0o022:
                 raise _unsafe_record(path, "it is writable by group or others", st)
+            if private and st.st_mode & 0o077:
+                raise _unsafe_record(path, "it holds secrets and is readable by group or others", st)
             data = json.loads(fh.read().decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise SglangError("cannot read %s: %s" % (path, exc))

@@ -21,7 +21,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import (
     DEFAULT_SEARCH_PATHS, Resolving, discover, in_use, untrusted_install)
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import start as start_resolve
-from ansible_collections.llmops.sglang.plugins.module_utils._host._record import default_state_dir, read_json
+from ansible_collections.llmops.sglang.plugins.module_utils._host._record import default_state_dir, is_record_file, read_json
 from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import mask_cmdline, masked_argv, redact_deep
 
 T = TypeVar("T")
@@ -174,8 +174,8 @@ def read_records(state_dir: str, unavailable: List[str],
     layer); `full`, when given, receives each readable record as written."""
     out: List[Dict[str, Any]] = []
     for path in sorted(glob.glob(os.path.join(state_dir, "*.json"))):
-        if path.endswith(".exit.json"):
-            continue
+        if not is_record_file(os.path.basename(path)):
+            continue  # <name>.exit.json, .timeline.json, .good.json: not launch records
         try:
             rec = read_json(path) or {}
         except SglangError as exc:
