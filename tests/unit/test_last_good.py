@@ -155,7 +155,7 @@ def test_the_restore_configuration_is_proven_by_the_fingerprint(tmp_path):
                                           "name": NAME, "containment": "none"}, state, NAME)
     assert params["model_path"] == "/models/m" and params["api_key"] == KEY and params["venv"] is None
     assert params["python"] == "/venv/bin/python" and params["entrypoint"] == "launch_server"
-    assert params["args"] == {"--mem-fraction-static": 0.5, "--hf-token": "hf_secret_value"}
+    assert params["args"] == {"mem-fraction-static": 0.5, "hf-token": "hf_secret_value"}
     assert params["env"] == {"SGLANG_X": "1", "HF_TOKEN": "hf_env_secret"} and params["containment"] == "none"
     assert info["launch_id"] == "a" * 32 and KEY not in json.dumps(info)
     # a secrets file that does not give back the record's fingerprint (another key) is refused

@@ -63,7 +63,9 @@ def configuration(record: Mapping[str, Any], secrets: Mapping[str, Any], path: s
                                 "replaced file)")
     return {"venv": None, "python": record.get("interpreter") or inputs["interpreter"],
             "entrypoint": inputs["entrypoint"], "model_path": inputs["model_path"], "host": inputs["host"],
-            "port": inputs["port"], "tp_size": inputs["tp_size"], "args": args, "env": env, "api_key": api_key}
+            "port": inputs["port"], "tp_size": inputs["tp_size"], "env": env, "api_key": api_key,
+            # the module's spelling (no dashes); the record keeps the normalised --flag
+            "args": {k[2:] if k.startswith("--") else k: v for k, v in args.items()}}
 
 
 def apply(p: Mapping[str, Any], state_dir: str, name: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
