@@ -55,6 +55,10 @@ description:
     the next wait can say how far along a start is compared with the last one and flag a slow
     start (RV(slow_start)). A re-check of a running server writes nothing.
   - In check mode it observes exactly the same way and writes nothing.
+  - Without O(api_key), a launch whose record says it was started with a key is checked with the key that very
+    launch was started with, read from its private C(<state_dir>/<name>.secrets) (kept by
+    M(llmops.sglang.sglang_launch); a rollback's restored server runs the old key, which the controller does not
+    know). It is sent only once the port owner was proven to be this launch and masked in everything returned.
   - "Live progress: the collection's action plugin of the same name (used automatically for
     C(llmops.sglang.sglang_ready) tasks) runs the wait in slices of O(slice_seconds) and prints,
     between slices, one line per host with the phase and its progress read from this launch's
@@ -268,7 +272,7 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: Observes the same way in check mode; the module never changes anything.
+    description: Observes the same way in check mode and writes nothing (no remembered start, no promotion). Outside check mode it changes nothing on the server; its own bookkeeping in the state dir (the remembered start, O(promote)) leaves RV(changed) false.
   diff_mode:
     support: none
     description: Nothing changes, so there is nothing to diff.
@@ -482,12 +486,12 @@ work:
            evidence: /dev/shm/sglang_hs/req-1.pt, seconds: 0.31}
 promoted:
   description: Whether this call made the launch the instance's last proven-good one (O(promote)); false when it already was.
-  returned: always
+  returned: when the server is ready
   type: bool
   version_added: "0.6.0"
 last_good:
   description: With O(promote), the path of the last-good record (C(<state_dir>/<name>.good.json)); else null.
-  returned: always
+  returned: when the server is ready
   type: str
   version_added: "0.6.0"
   sample: /var/lib/llmops-sglang/serving.good.json

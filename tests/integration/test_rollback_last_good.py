@@ -93,9 +93,9 @@ def test_a_later_run_rolls_back_an_interrupted_bad_restart(one_host, tmp_path):
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
     good = _record(hv, ".good")
 
-    # the bad restart: a slow start that runs out of memory, interrupted while it starts
-    bad_env = dict(play_runs.demo_vars()["sglang_env"], SGLANG_EMULATOR_FAULT="oom",
-                   SGLANG_EMULATOR_PHASE_SECONDS="1.5")
+    # the bad restart: a slow start, interrupted while it starts; it crashes right after its ready line
+    bad_env = dict(play_runs.demo_vars()["sglang_env"], SGLANG_EMULATOR_FAULT="crash_after",
+                   SGLANG_EMULATOR_CRASH_AFTER="0.5", SGLANG_EMULATOR_PHASE_SECONDS="1.5")
     bad = _vars(sglang_serving_args={"mem-fraction-static": 0.6}, sglang_env=bad_env)
     _interrupt_during_ready(inv, hv, str(tmp_path / "interrupted.log"), bad)
     crashed = _record(hv)
@@ -114,12 +114,21 @@ def test_a_later_run_rolls_back_an_interrupted_bad_restart(one_host, tmp_path):
     assert _http.request("127.0.0.1", port, "/health", timeout=5).status == 200
 
 
-GRAB = ("import signal, socket, sys, time\n"
-        "port, mark = int(sys.argv[1]), sys.argv[2]\n"
+# Waits until the record names another launch (the old server is stopped and proven gone), then
+# takes the port as soon as it is free; a SIGTERM leaves its mark.
+GRAB = ("import json, signal, socket, sys, time\n"
+        "port, mark, record, old = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]\n"
         "def term(*_):\n"
         "    open(mark, 'w').write('SIGTERM')\n"
         "    sys.exit(0)\n"
         "signal.signal(signal.SIGTERM, term)\n"
+        "while True:\n"
+        "    try:\n"
+        "        if json.load(open(record)).get('launch_id') != old:\n"
+        "            break\n"
+        "    except (OSError, ValueError):\n"
+        "        pass\n"
+        "    time.sleep(0.01)\n"
         "s = socket.socket()\n"
         "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
         "while True:\n"
@@ -139,10 +148,11 @@ def test_the_rollback_never_signals_a_foreign_listener(one_host, tmp_path, spawn
     first = play_runs.play(inv, "restart_serving.yml")
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
 
-    # a foreign, non-SGLang process waiting for the port: it takes it as soon as the old server lets go
+    # a foreign, non-SGLang process waiting for the port: it takes it once the new launch started
     script, mark = tmp_path / "grab.py", str(tmp_path / "grabbed")
     script.write_text(GRAB)
-    grabber = spawn.start([sys.executable, str(script), str(port), mark])
+    record = os.path.join(hv["sglang_state_dir"], "%s.json" % hv["sglang_name"])
+    grabber = spawn.start([sys.executable, str(script), str(port), mark, record, _record(hv)["launch_id"]])
     env = dict(play_runs.demo_vars()["sglang_env"], SGLANG_EMULATOR_FAULT="oom")
     second = play_runs.play(inv, "restart_serving.yml", "-e", _vars(sglang_env=env))
     out = second.stdout + second.stderr
