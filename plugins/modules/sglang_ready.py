@@ -272,7 +272,10 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: Observes the same way in check mode and writes nothing (no remembered start, no promotion). Outside check mode it changes nothing on the server; its own bookkeeping in the state dir (the remembered start, O(promote)) leaves RV(changed) false.
+    description:
+      - Observes the same way in check mode and writes nothing (no remembered start, no promotion).
+      - Outside check mode it changes nothing on the server; its own bookkeeping in the state dir
+        (the remembered start, O(promote)) leaves RV(changed) false.
   diff_mode:
     support: none
     description: Nothing changes, so there is nothing to diff.

@@ -47,11 +47,7 @@ def test_a_rollback_brings_back_the_old_api_key(one_host):
     first = play_runs.play(inv, "restart_serving.yml", "-e", _vars(sglang_api_key=OLD_KEY))
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
     assert _status(port, OLD_KEY) == 200
-    good = _record(hv, ".good")
-    state = hv["sglang_state_dir"]
-    for name in ("%s.good.json" % hv["sglang_name"], "%s.good.secrets" % hv["sglang_name"]):
-        assert stat.S_IMODE(os.stat(os.path.join(state, name)).st_mode) == 0o600
-    assert OLD_KEY not in open(os.path.join(state, "%s.good.json" % hv["sglang_name"])).read()
+    good = _record(hv)
 
     env = dict(play_runs.demo_vars()["sglang_env"], SGLANG_EMULATOR_FAULT="oom")
     second = play_runs.play(inv, "restart_serving.yml", "-e", _vars(sglang_api_key=NEW_KEY, sglang_env=env))
@@ -64,7 +60,15 @@ def test_a_rollback_brings_back_the_old_api_key(one_host):
     assert _status(port, NEW_KEY) == 401
     now = _record(hv)
     assert now["fingerprint"] == good["fingerprint"] and _procs.is_alive(now["pid"], now.get("start_time"))
+    # where the old key was kept: beside the last-good record, private, never in a record
+    state = hv["sglang_state_dir"]
     assert _record(hv, ".good")["launch_id"] == good["launch_id"]  # the rollback is not promoted again
+    for name in ("%s.good.json" % hv["sglang_name"], "%s.good.secrets" % hv["sglang_name"]):
+        assert stat.S_IMODE(os.stat(os.path.join(state, name)).st_mode) == 0o600
+    for name in os.listdir(state):
+        if name.endswith(".json"):
+            text = open(os.path.join(state, name)).read()
+            assert OLD_KEY not in text and NEW_KEY not in text, name
 
 
 def _interrupt_during_ready(inv: str, hv: dict, log: str, extra: str) -> None:
@@ -73,13 +77,15 @@ def _interrupt_during_ready(inv: str, hv: dict, log: str, extra: str) -> None:
     before = _record(hv)["launch_id"]
     proc = play_runs.start(inv, "restart_serving.yml", log, "-e", extra)
     try:
-        def new_launch() -> bool:
+        def waiting_for_the_new_launch() -> bool:
             try:
-                return _record(hv)["launch_id"] != before
-            except (OSError, ValueError, KeyError):
+                rec = _record(hv)
+            except (OSError, ValueError):
                 return False
-        assert wait_for(lambda: proc.poll() is not None or new_launch(), 180, 0.1) and proc.poll() is None, \
-            open(log).read()[-3000:]
+            return rec.get("launch_id") != before and isinstance(rec.get("pid"), int) and \
+                " : Wait until the server is ready" in open(log).read()
+        assert wait_for(lambda: proc.poll() is not None or waiting_for_the_new_launch(), 180, 0.1) \
+            and proc.poll() is None, open(log).read()[-3000:]
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
     finally:
@@ -91,7 +97,7 @@ def test_a_later_run_rolls_back_an_interrupted_bad_restart(one_host, tmp_path):
     port = hv["sglang_port"]
     first = play_runs.play(inv, "restart_serving.yml", "-e", _vars(sglang_serving_args={"mem-fraction-static": 0.5}))
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
-    good = _record(hv, ".good")
+    good = _record(hv)
 
     # the bad restart: a slow start, interrupted while it starts; it crashes right after its ready line
     bad_env = dict(play_runs.demo_vars()["sglang_env"], SGLANG_EMULATOR_FAULT="crash_after",
