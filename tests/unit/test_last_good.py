@@ -214,3 +214,16 @@ def test_restore_without_a_last_good_refuses_before_anything_is_created(tmp_path
         _launch_exec.run(p, check_mode=False, diff=False)
     assert caught.value.details["reason"] == "no_last_good" and "nothing to restore" in caught.value.msg
     assert not os.path.exists(state)  # no lock, no state dir: nothing was read or stopped
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_a_secrets_file_another_user_owns_is_never_used(tmp_path):
+    state = str(tmp_path / "state")
+    launch(state, "a" * 32)
+    _last_good.promote(state, NAME, "a" * 32)
+    os.chown(_last_good.good_secrets_path(state, NAME), 65534, 65534)  # swapped in by another user
+    with pytest.raises(SglangError) as caught:
+        _launch_restore.apply({}, state, NAME)
+    assert caught.value.details["reason"] == "last_good_unreadable" and "owned by another user" in caught.value.msg
+    os.chown(_last_good.secrets_path(state, NAME), 65534, 65534)
+    assert _readiness_last_good.launch_key(state, NAME, "a" * 32) is None  # its key is not sent anywhere
