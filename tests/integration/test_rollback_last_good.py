@@ -111,7 +111,8 @@ def test_a_later_run_rolls_back_an_interrupted_bad_restart(one_host, tmp_path):
     _interrupt_during_ready(inv, hv, str(tmp_path / "interrupted.log"), bad)
     crashed = _record(hv)
     assert crashed["launch_id"] != good["launch_id"]  # the bad launch's record replaced the good one's
-    assert wait_for(lambda: not _procs.is_alive(crashed["pid"], crashed.get("start_time")), 120), "never crashed"
+    assert wait_for(lambda: not _procs.is_alive(crashed["pid"], crashed.get("start_time")), 180), \
+        (crashed, open(crashed["log_path"]).read()[-3000:], open(str(tmp_path / "interrupted.log")).read()[-3000:])
 
     # the same command again: the next plain run
     again = play_runs.play(inv, "restart_serving.yml", "-e", bad)
