@@ -52,7 +52,8 @@ def record_path(state_dir: str, name: str) -> str:
 
 def is_record_file(filename: str) -> bool:
     """Is `filename` (a base name) a launch record, `<name>.json`? Instance names have no dots,
-    so the instance's other JSON files (`<name>.exit.json`, `<name>.timeline.json`, ...) never are."""
+    so the instance's other JSON files (`<name>.exit.json`, `<name>.timeline.json`, `<name>.good.json`)
+    never are."""
     return filename.endswith(".json") and bool(_NAME.fullmatch(filename[:-len(".json")]))
 
 
@@ -317,10 +318,11 @@ def _unsafe_record(path: str, why: str, st: Optional[os.stat_result] = None) -> 
                        "cannot write" % (path, why, _expected_owner()), reason="unsafe_record", path=path, **details)
 
 
-def read_json(path: str) -> Optional[Dict[str, Any]]:
+def read_json(path: str, private: bool = False) -> Optional[Dict[str, Any]]:
     """A JSON object from a file root (or the module's user) wrote: opened without following a
     symlink and judged on the descriptor (owner, mode), so a file swapped in by another user is
-    refused with reason unsafe_record, never read."""
+    refused with reason unsafe_record, never read. `private` (a file holding secrets): group and
+    others must not be able to read it either."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
@@ -338,6 +340,8 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
                 raise _unsafe_record(path, "it is owned by another user", st)
             if st.st_mode & 0o022:
                 raise _unsafe_record(path, "it is writable by group or others", st)
+            if private and st.st_mode & 0o077:
+                raise _unsafe_record(path, "it holds secrets and is readable by group or others", st)
             raw = fh.read()
     except OSError as exc:
         raise SglangError("cannot read %s: %s" % (path, exc))

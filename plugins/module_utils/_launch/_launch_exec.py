@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, 
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _cliargs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _last_good
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_plan
@@ -89,6 +90,10 @@ def prepare(p: Mapping[str, Any], check_mode: bool) -> Request:
     state_dir = os.path.abspath(p["state_dir"] or _record.default_state_dir())
     log_dir = os.path.abspath(p["log_dir"] or os.path.join(state_dir, "logs"))
     dirs = {"state_dir": state_dir, "log_dir": log_dir, "tmpdir": _record.tmpdir_path(state_dir, name)}
+    restored = None
+    if p.get("restore") == "last_good":  # the server options become the last-good launch's
+        from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_restore
+        p, restored = _launch_restore.apply(p, state_dir, name)
     api_key = p["api_key"] or None
     pf = preflight(p, dirs, check_mode)
     argv: List[str] = []
@@ -102,14 +107,17 @@ def prepare(p: Mapping[str, Any], check_mode: bool) -> Request:
         fp = _cliargs.fingerprint(hashed)
     return Request(params=p, name=name, state_dir=state_dir, log_dir=log_dir, backend=backend, why=why, pf=pf,
                    argv=argv, fingerprint=fp, inputs=inputs,
-                   secrets=_cliargs.argv_secrets(api_key, pf.args, pf.env))
+                   secrets=_cliargs.argv_secrets(api_key, pf.args, pf.env), restored=restored)
 
 
 def base_result(req: Request) -> Dict[str, Any]:
     """The result before the lock: what the preflight found and what would run."""
     result: Dict[str, Any] = {"changed": False, "reason": None, "decision": None, "pid": None, "log_path": None,
                               "port_holder": [], "blockers": [], "preflight": req.pf.report.to_dict(),
-                              "containment": {"backend": req.backend, "why": req.why, "cgroup": None, "unit": None}}
+                              "containment": {"backend": req.backend, "why": req.why, "cgroup": None, "unit": None},
+                              "last_good": _last_good.summary(req.state_dir, req.name)}
+    if req.restored is not None:
+        result["restored"] = dict(req.restored)
     if req.pf.interp is not None:
         result["interpreter"] = req.pf.interp.to_dict()
     if req.fingerprint is not None:
@@ -315,7 +323,8 @@ def spawn(req: Request) -> Dict[str, Any]:
         venv=interp.venv if interp.is_venv else None, argv=req.argv, env=pf.env,
         keep_logs=p["keep_logs"], secrets=req.secrets,
         extra_secret_flags=_cliargs.secret_arg_flags(pf.args), spawn_timeout=p["spawn_timeout"],
-        record_fields=fields, containment=req.backend, containment_why=req.why)
+        record_fields=fields, containment=req.backend, containment_why=req.why,
+        launch_secrets=_last_good.launch_secrets(p["api_key"] or None, pf.args, pf.env, req.inputs))
     return _launcher.spawn(spec)
 
 
@@ -408,6 +417,11 @@ def facts_for(req: Request, stop: Optional[_teardown_call.Request], check_mode: 
     before = _kept_report(req, check_mode)
     if before.preflight_errors:
         return before
+    before = _launch_replace.foreign_on_teardown_ports(req, stop, before)
+    if before.preflight_errors:
+        return before
+    if req.restored is not None and _launch_replace.restore_runs(req, before.record):
+        return before  # the last-good launch itself still runs: the restore stops nothing
     stop, kept = _keep_data_of_unresponsive(stop, before, warn)
     partial["teardown"] = _launch_replace.run_first(stop, check_mode, diff, warn)
     if kept:
@@ -431,9 +445,13 @@ def _keep_data_of_unresponsive(stop: _teardown_call.Request, before: _launch_pla
 
 
 def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
-        warn: Callable[[str], None] = lambda _text: None) -> Dict[str, Any]:
-    """The module's work: a result, or SglangError carrying the result so far."""
+        warn: Callable[[str], None] = lambda _text: None,
+        hide: Callable[[List[str]], None] = lambda _values: None) -> Dict[str, Any]:
+    """The module's work: a result, or SglangError carrying the result so far. `hide` gets the
+    secrets a restore read from the host (they were no parameter: the caller masks them too)."""
     req = prepare(p, check_mode)
+    if req.restored is not None:
+        hide(req.secrets)
     stop = None
     if p.get("teardown") and not req.pf.report.errors:  # a failed preflight stops nothing: no teardown to check
         from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_replace

@@ -44,3 +44,5 @@ class Request:
     fingerprint: Optional[str]
     inputs: Optional[Dict[str, Any]]
     secrets: List[str]
+    # restore: last_good - what was restored (no secrets); the params hold its configuration
+    restored: Optional[Dict[str, Any]] = None

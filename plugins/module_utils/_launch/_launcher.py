@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _last_good
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact
@@ -71,6 +72,9 @@ class LaunchSpec:
     # process), and why it was picked (kept in the record).
     containment: str = "none"
     containment_why: str = ""
+    # The values the record masks (_last_good.launch_secrets), kept in <name>.secrets for a
+    # promotion to last good; None writes no file.
+    launch_secrets: Optional[Dict[str, Any]] = None
 
 
 # --- log files -------------------------------------------------------------------------------
@@ -449,6 +453,8 @@ def _spawn(spec: LaunchSpec, tmpdir: str, exit_path: str, contained: Dict[str, A
     })
     record.update(contained)
     try:
+        if spec.launch_secrets is not None:  # before the record: a record never lacks its secrets
+            _last_good.write_launch_secrets(spec.state_dir, spec.name, launch_id, spec.launch_secrets)
         _record.write_record(spec.state_dir, spec.name, record)
         try:
             server = _await_server(spec, sup, exit_path, launch_id, log_path)

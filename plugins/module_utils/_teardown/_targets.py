@@ -82,13 +82,13 @@ class InstanceFiles:
 
 def instance_files(state_dir: Optional[str]) -> List[InstanceFiles]:
     """Log and TMPDIR of every launch record in the state dir (ours and the other instances')."""
-    from ansible_collections.llmops.sglang.plugins.module_utils._host._record import read_json
+    from ansible_collections.llmops.sglang.plugins.module_utils._host._record import is_record_file, read_json
 
     out: List[InstanceFiles] = []
     if not state_dir or not os.path.isdir(state_dir):
         return out
     for entry in sorted(os.listdir(state_dir)):
-        if not entry.endswith(".json") or entry.endswith(".exit.json") or entry.startswith("."):
+        if not is_record_file(entry):  # <name>.exit.json, .timeline.json, .good.json are no records
             continue
         try:
             data = read_json(os.path.join(state_dir, entry))
