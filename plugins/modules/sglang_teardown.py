@@ -462,7 +462,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._host._lock import i
 
 
 def argument_spec() -> dict:
-    return _options.merged(_options.STATE_DIR, _options.GPU_BACKEND, _options.teardown(), name=dict(type="str"))
+    return _options.teardown_module()
 
 
 def _body(module: AnsibleModule) -> dict:

@@ -85,9 +85,4 @@ def test_a_sliced_wait_proves_work_once(spawn, emulator_python, state_dir, log_f
     assert len(_dumps(dump)) == 1  # the warm-up's: the proof's own was removed again
 
 
-def test_work_options_are_checked(state_dir):
-    bad = run_module("sglang_ready", {"name": "ready", "state_dir": state_dir,
-                                      "work": {"kind": "chat_reasoning", "dump_dir": "/tmp/x"}})
-    assert bad["failed"] is True and bad["reason"] == "invalid_argument" and "work.dump_dir" in bad["msg"]
-    bad = run_module("sglang_ready", {"name": "ready", "state_dir": state_dir, "work": {"kind": "nope"}})
-    assert bad["failed"] is True and "kind" in bad["msg"]
+# The work options checked before any wait: tests/unit/modules/test_sglang_ready.yaml (in-process).

@@ -10,7 +10,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._fleet import _drain_target
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports, _procs
-from ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _discovery
 
 PORT = 30000
 

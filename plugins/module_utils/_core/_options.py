@@ -41,6 +41,12 @@ def teardown() -> Dict[str, Any]:
     )
 
 
+def teardown_module() -> Dict[str, Any]:
+    """sglang_teardown's whole argument spec: the module's, and what its action plugin (on the
+    controller, which never imports a module file) validates a task against."""
+    return merged(STATE_DIR, GPU_BACKEND, teardown(), name=dict(type="str"))
+
+
 def merged(*specs: Dict[str, Any], **own: Any) -> Dict[str, Any]:
     """One argument_spec from the shared pieces plus the module's own options."""
     out: Dict[str, Any] = {}

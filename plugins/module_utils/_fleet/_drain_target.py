@@ -1,7 +1,7 @@
 """PRIVATE to llmops.sglang. The server sglang_drain reads: only a listener proven to be the
 instance's sglang server, re-checked before every reading.
 
-The proof is the probe's rule (_probe/_discovery.credential_refusal): every process holding a
+The proof is the probe's rule (_sglang/_discovery.credential_refusal): every process holding a
 listening socket on the port is a member of a recognised sglang server of `server_user`, wholly
 that user's, in this PID namespace. Anything else - a plain listener, another user's process, a
 container's - gets no request and no key, and the drain fails (reason `foreign_listener`)
@@ -108,7 +108,7 @@ class Target:
     def _prove(self) -> bool:
         """True when the port's holders are the instance's server (remembered); False when
         nothing listens; SglangError foreign_listener otherwise."""
-        from ansible_collections.llmops.sglang.plugins.module_utils._probe._discovery import (
+        from ansible_collections.llmops.sglang.plugins.module_utils._sglang._discovery import (
             credential_refusal, find_servers)
 
         self.proofs += 1

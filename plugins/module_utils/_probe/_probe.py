@@ -64,7 +64,7 @@ def _holder(pid: int, procs: Dict[int, Any]) -> Dict[str, Any]:
 def processes() -> Tuple[Dict[int, Any], List[Any]]:
     """(process table, sglang servers grouped from it)."""
     from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
-    from ansible_collections.llmops.sglang.plugins.module_utils._probe._discovery import find_servers
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang._discovery import find_servers
 
     procs = _procs.snapshot()
     return procs, find_servers(procs)
@@ -74,7 +74,7 @@ def servers_by_command_line(now: float) -> List[Dict[str, Any]]:
     """Without the process layer (no psutil): the sglang main processes from their command lines
     alone (_depsearch reads /proc for that) - no members, ports or environment, `state: unknown`,
     `partial: true`. Enough to say what runs, with which interpreter and arguments."""
-    from ansible_collections.llmops.sglang.plugins.module_utils._probe._discovery import DEFAULT_PORT, parse_args
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang._discovery import DEFAULT_PORT, parse_args
     from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import _venv_root_of
 
     out = []
@@ -99,7 +99,7 @@ def probe_port(port: int, servers: List[Any], procs: Dict[int, Any], api_key: Op
     sglang server of `server_user` (`launch_ids`: this state dir's launch records); to anything
     else with a key given, nothing is sent."""
     from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
-    from ansible_collections.llmops.sglang.plugins.module_utils._probe._discovery import credential_refusal, server_of_pid
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang._discovery import credential_refusal, server_of_pid
     from ansible_collections.llmops.sglang.plugins.module_utils._host._ports import listeners
 
     socks = listeners([port])
@@ -148,7 +148,7 @@ def gpus(backend: str, servers: List[Any], procs: Dict[int, Any]) -> Dict[str, A
     """The GPU report, each compute process tagged `sglang` (with its server) or `foreign`."""
     if backend == "none":  # query_gpus("none")'s answer, without compiling the GPU readers
         return {"backend": "none", "note": GPUS_DISABLED, "gpus": []}
-    from ansible_collections.llmops.sglang.plugins.module_utils._probe._discovery import server_of_pid
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang._discovery import server_of_pid
     from ansible_collections.llmops.sglang.plugins.module_utils._host._gpus import query_gpus
 
     data = query_gpus(backend).to_dict()
