@@ -346,6 +346,21 @@ device_file_holders_scan:
   returned: always
   type: dict
   sample: {"scanned": 41, "left_out": 230, "unreached": 0, "cut_short": false, "seconds": 0.012}
+port_holders_scan:
+  description:
+    - How much of the host the naming of the managed ports' holders covered. The kernel's TCP tables say which
+      sockets listen there and whose they are; only then are fd tables read, those of the socket's own user
+      first and the others only for a socket none of those holds, the module's user's processes only unless
+      O(all_users), and never past the teardown's O(timeout).
+    - scanned, left_out (never read: excluded by those rules or not needed), unreached (not read before the
+      timeout), cut_short, seconds, users (null with O(all_users)), note. Null when no O(ports) are managed.
+    - A listener whose holders were not read has no pids and blocks the teardown where it collides with the
+      instance's address (RV(conflicts)), as another user's listener always did.
+  returned: always
+  type: dict
+  sample: {"scanned": 12, "left_out": 230, "unreached": 0, "cut_short": false, "seconds": 0.004, "users": [0],
+           "note": "complete"}
+  version_added: "0.6.0"
 foreign_gpu_processes:
   description: Non-target compute processes on the managed GPUs (pid, user, cmdline, gpus {index GiB}).
   returned: always

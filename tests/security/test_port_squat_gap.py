@@ -21,6 +21,7 @@ from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
 
 SQUAT = ("import socket, sys, time\n"
          "s = socket.socket()\n"
+         "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"  # past the old server's TIME_WAITs
          "s.bind(('127.0.0.1', int(sys.argv[1])))\n"
          "s.listen(4)\n"
          "time.sleep(300)\n")
@@ -47,7 +48,7 @@ def test_a_port_squatted_after_the_teardown_leaves_the_instance_down(emulator_py
 
         # the restart: the old server stopped, the new one loading (slowly: its bind comes later)
         slow = dict(base, args={"max-running-requests": 16}, teardown=teardown,
-                    env=dict(base["env"], SGLANG_EMULATOR_PHASE_SECONDS="1.5"))
+                    env=dict(base["env"], SGLANG_EMULATOR_PHASE_SECONDS="4"))  # a gap a loaded machine cannot close
         second = run_module("sglang_launch", slow)
         assert second["_rc"] == 0 and second["changed"], second
         squatter = throwaway_user.start([sys.executable, "-c", SQUAT, str(port)])
@@ -67,8 +68,12 @@ def test_a_port_squatted_after_the_teardown_leaves_the_instance_down(emulator_py
         assert squatter.poll() is None and _held_by(port, squatter.pid)
         launched = second["pid"]
         assert wait_for(lambda: not _procs.is_alive(launched, None), 30), "the failed launch still runs"
+        # (a zombie runs nothing: where PID 1 is no init that reaps, the supervisor's stays listed)
         ours = [p for p in _procs.snapshot().values()
-                if (_procs.environ_of(p) or {}).get("LLMOPS_SGLANG_INSTANCE") == name]
+                if not p.is_zombie and (_procs.environ_of(p) or {}).get("LLMOPS_SGLANG_INSTANCE") == name]
         assert ours == [], [(p.pid, p.cmdline) for p in ours]
     finally:
+        for proc in throwaway_user.started:  # the squatter first: the teardown refuses while it holds the port
+            proc.kill()
+            proc.wait()
         run_module("sglang_teardown", {"name": name, "state_dir": state, "ports": [port], "gpu_backend": "none"})

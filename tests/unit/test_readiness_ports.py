@@ -132,7 +132,7 @@ class _Scans:
         self.walks = 0
         self.named = 0
         self.walks_after_named = 0
-        for owner, name in ((psutil, "net_connections"), (_procs, "all_pids")):
+        for owner, name in ((psutil, "net_connections"), (_procs, "all_pids"), (_ports, "_table")):
             monkeypatch.setattr(owner, name, self._walk(getattr(owner, name)))
         monkeypatch.setattr(_portowner, "port_owners", self._scan(_portowner.port_owners))
 

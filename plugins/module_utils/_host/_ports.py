@@ -1,18 +1,23 @@
-"""Who listens on a TCP port (IPv4 and IPv6): psutil's connection table.
+"""Who listens on a TCP port (IPv4 and IPv6).
 
-`listeners` asks psutil for the host's table (`net_connections`), which maps every socket to a
-pid by reading every process's fd table: a scan, for once per question, not for every poll of
-a wait. `sockets_of` asks about one process only (its own fd table): what a wait uses per poll
-once it knows the port's holders (_portowner.current), and `has_listener` while the process
-it last saw listening still does.
+`listeners` reads the namespace's TCP tables (/proc/net/tcp, tcp6: address, port, the socket's
+owner uid and inode, no fd reads) and then names the holders of the sockets on the asked ports by
+reading fd tables: the processes of the socket's own user first, only the users asked for when
+the caller's rules allow (a teardown without all_users), and never past the caller's deadline
+(`scan_listeners` says when it was cut short). A port nothing listens on costs no fd read at all.
+`sockets_of` asks about one process only (its own fd table): what a wait uses per poll once it
+knows the port's holders (_portowner.current), and `has_listener` while the process it last saw
+listening still does.
 """
 from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import re
 import socket
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
@@ -28,8 +33,9 @@ class Listener:
     port: int
     address: str
     family: str  # "ipv4" | "ipv6"
-    inode: int   # the socket's inode where an owner's fd could be read, else 0
+    inode: int   # the socket's inode (0 where the table could not be read)
     pids: List[int]
+    uid: Optional[int] = None  # the socket's owner as the kernel's table names it
 
     def to_dict(self) -> Dict[str, object]:
         return {"port": self.port, "address": self.address, "family": self.family, "pids": sorted(self.pids)}
@@ -111,6 +117,50 @@ def _listening(conns: Iterable[Any], ports: Optional[Set[int]], holder: Optional
     return found, owner_fd
 
 
+_TABLES = (("ipv4", "/proc/net/tcp"), ("ipv6", "/proc/net/tcp6"))
+_LISTEN = "0A"
+
+
+def _hex_address(family: str, text: str) -> str:
+    """The kernel's hex address (host byte order per 32-bit word) as psutil writes it."""
+    raw = bytes.fromhex(text)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return socket.inet_ntop(socket.AF_INET if family == "ipv4" else socket.AF_INET6, words)
+
+
+def _table(ports: Optional[Set[int]], tables: Iterable[Tuple[str, str]] = _TABLES) -> Optional[Dict[Key, Listener]]:
+    """Listening sockets on `ports` (all when None) from the namespace's TCP tables, holders not
+    yet named; None when no table can be read (then psutil's table is used)."""
+    found: Dict[Key, Listener] = {}
+    readable = False
+    for family, path in tables:
+        try:
+            with open(path) as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            cols = line.split()
+            if len(cols) < 10 or cols[3] != _LISTEN:
+                continue
+            addr_hex, _sep, port_hex = cols[1].partition(":")
+            port = int(port_hex, 16)
+            if ports is not None and port not in ports:
+                continue
+            key = (family, _hex_address(family, addr_hex), port)
+            found.setdefault(key, Listener(port, key[1], family, int(cols[9]), [], int(cols[7])))
+    return found if readable else None
+
+
+def _psutil_table(ports: Optional[Set[int]]) -> Dict[Key, Listener]:
+    """psutil's connection table (it reads every fd itself): where /proc/net/tcp is not readable."""
+    found, owner_fd = _listening(_procs.require().net_connections(kind="tcp"), ports)
+    for key, (pid, fd) in owner_fd.items():
+        found[key].inode = _inode(pid, fd)
+    return found
+
+
 def _inode(pid: int, fd: int) -> int:
     for name, target in _procs.fd_targets(pid):
         if name == str(fd):
@@ -119,23 +169,77 @@ def _inode(pid: int, fd: int) -> int:
     return 0
 
 
-def _all_holders(found: Dict[Key, Listener], owner_fd: Dict[Key, Tuple[int, int]]) -> None:
-    """psutil names one pid per socket (the first fd it found); a listening socket inherited
-    across fork is held by several processes, and a teardown must find each. psutil has no API
-    for the other holders: their fd links are compared with the known owner's here (one pass)."""
-    by_link: Dict[str, Listener] = {}
-    for key, (pid, fd) in owner_fd.items():
-        inode = _inode(pid, fd)
-        if inode:
-            found[key].inode = inode
-            by_link["socket:[%d]" % inode] = found[key]
-    if not by_link:
-        return
+@dataclass
+class HolderScan:
+    """How much of the host the naming of a port's holders covered."""
+
+    scanned: int = 0       # processes whose fd tables were read
+    left_out: int = 0      # processes of users the caller's rules leave out (never read)
+    unreached: int = 0     # processes not read because the deadline came
+    cut_short: bool = False
+    seconds: float = 0.0
+    users: Optional[List[int]] = field(default=None)
+
+    def to_dict(self) -> Dict[str, object]:
+        note = ("cut short at the deadline: %d processes not read; a holder among them is not named"
+                % self.unreached if self.cut_short else "complete")
+        return {"scanned": self.scanned, "left_out": self.left_out, "unreached": self.unreached,
+                "cut_short": self.cut_short, "seconds": round(self.seconds, 3), "users": self.users, "note": note}
+
+
+def _uid_of(pid: int) -> Optional[int]:
+    try:
+        return os.stat("/proc/%d" % pid).st_uid
+    except OSError:
+        return None
+
+
+def _by_owner(socket_uids: Set[int], users: Optional[Set[int]], scan: HolderScan) -> Tuple[List[int], List[int]]:
+    """(the sockets' own users' processes, the others): a socket is held by its creator's
+    processes and their children; only `users`' processes when given (the rest left out)."""
+    first, rest = [], []
     for pid in _procs.all_pids():
-        for _fd, target in _procs.fd_targets(pid):
+        uid = _uid_of(pid)
+        if users is not None and uid not in users:
+            scan.left_out += 1
+            continue
+        (first if uid in socket_uids else rest).append(pid)
+    return first, rest
+
+
+def _read_holders(pids: List[int], by_link: Dict[str, Listener], deadline: Optional[float], scan: HolderScan) -> None:
+    for i, pid in enumerate(pids):
+        if deadline is not None and time.monotonic() >= deadline:
+            scan.cut_short, scan.unreached = True, len(pids) - i
+            return
+        scan.scanned += 1
+        for n, (_fd, target) in enumerate(_procs.fd_targets(pid)):
             listener = by_link.get(target)
             if listener is not None and pid not in listener.pids:
                 listener.pids.append(pid)
+            if n % 1024 == 1023 and deadline is not None and time.monotonic() >= deadline:
+                break  # one process's huge fd table ends at the deadline too
+
+
+def _name_holders(found: Dict[Key, Listener], users: Optional[Set[int]], deadline: Optional[float]) -> HolderScan:
+    """Every process holding each socket (a listening socket inherited across fork is held by
+    several, and a teardown must find each), by the socket links of their fd tables: the
+    processes of each socket's own user; the others only for a socket none of those holds (one
+    created before a change of user). Another user's million fds are then never read for a
+    socket of ours."""
+    t0 = time.monotonic()
+    scan = HolderScan(users=sorted(users) if users is not None else None)
+    by_link = {"socket:[%d]" % l.inode: l for l in found.values() if l.inode}
+    if by_link:
+        first, rest = _by_owner({l.uid for l in found.values() if l.uid is not None}, users, scan)
+        _read_holders(first, by_link, deadline, scan)
+        if not scan.cut_short and any(not l.pids for l in by_link.values()):
+            _read_holders(rest, by_link, deadline, scan)
+        else:
+            scan.left_out += len(rest) if not scan.cut_short else 0
+            scan.unreached += len(rest) if scan.cut_short else 0
+    scan.seconds = time.monotonic() - t0
+    return scan
 
 
 def _sorted(found: Iterable[Listener]) -> List[Listener]:
@@ -146,7 +250,7 @@ def _sorted(found: Iterable[Listener]) -> List[Listener]:
 
 
 # port -> (pid, start time) of a process last seen listening on it: a later `has_listener` asks
-# psutil about that process alone, and scans the host only when it no longer listens there.
+# psutil about that process alone, and reads the table only when it no longer listens there.
 _LAST_HOLDER: Dict[int, Tuple[int, Optional[float]]] = {}
 
 
@@ -156,26 +260,38 @@ def _remember(found: Dict[Key, Listener]) -> None:
             _LAST_HOLDER[port] = (listener.pids[0], _procs.start_time_of(listener.pids[0]))
 
 
-def listeners(ports: Optional[Iterable[int]] = None) -> List[Listener]:
-    """Listening sockets on `ports` (all ports when None) with every pid holding them, one entry
-    per (family, address, port) (SO_REUSEPORT sockets merged). A socket whose owner we cannot
-    read (another user's, not root) has an empty pid list. Scans every process."""
+def scan_listeners(ports: Optional[Iterable[int]] = None, users: Optional[Iterable[int]] = None,
+                   deadline: Optional[float] = None) -> Tuple[List[Listener], HolderScan]:
+    """Listening sockets on `ports` (all ports when None), one entry per (family, address, port)
+    (SO_REUSEPORT sockets merged), with the pids holding them: of `users` only when given, read
+    until `deadline` (time.monotonic()) when given. A socket whose holders were not read (another
+    user's, as non-root; left out; past the deadline) has an empty pid list and its `uid`."""
     wanted = set(ports) if ports is not None else None
-    found, owner_fd = _listening(_procs.require().net_connections(kind="tcp"), wanted)
-    _all_holders(found, owner_fd)
+    found = _table(wanted)
+    if found is None:  # no /proc/net/tcp: psutil names the holders (no bound)
+        found = _psutil_table(wanted)
+        return _sorted(found.values()), HolderScan()
+    scan = _name_holders(found, set(users) if users is not None else None, deadline)
     _remember(found)
-    return _sorted(found.values())
+    return _sorted(found.values()), scan
+
+
+def listeners(ports: Optional[Iterable[int]] = None) -> List[Listener]:
+    """scan_listeners over every process, unbounded: the preflight's, the probe's and the
+    readiness's question (a port's holders must all be named)."""
+    return scan_listeners(ports)[0]
 
 
 def has_listener(port: int) -> bool:
     """Anything listening on `port` (IPv4 or IPv6)? Yes at once when the process last seen
-    listening there (same start time) still does (psutil reads its fds only); else psutil's
-    connection table, which reads every process's fds: a "no" always costs that scan."""
+    listening there (same start time) still does (psutil reads its fds only); else the TCP
+    tables (no fd read)."""
     last = _LAST_HOLDER.get(port)
     if last is not None and sockets_of(last[0], last[1], port):
         return True
-    found, _owners = _listening(_procs.require().net_connections(kind="tcp"), {port})
-    _remember(found)
+    found = _table({port})
+    if found is None:
+        found = _psutil_table({port})
     return bool(found)
 
 

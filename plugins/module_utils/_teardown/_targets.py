@@ -217,6 +217,7 @@ class World:
     own_pidns: Optional[str] = None        # None: namespaces are not compared (synthetic worlds)
     pidns: NsReader = _procs.pid_namespace
     device_scan: Optional[Dict[str, object]] = None   # how much of the host the fuser view covers
+    port_scan: Optional[Dict[str, object]] = None     # how much the naming of port holders covers
 
     @classmethod
     def capture(cls, scope: Scope, gpu_backend: str = "auto", timeout: Optional[float] = None) -> "World":
@@ -233,13 +234,28 @@ class World:
             pids = _fuser_pids(procs, scope.all_users, os.geteuid(), own_pidns)
             deadline = None if timeout is None else t0 + max(timeout, 0.0)
             scan = _gpus.scan_device_holders(pids, deadline, left_out=len(procs) - len(pids))
-        listeners = _ports.listeners(scope.ports) if scope.ports else []
+        # The port holders likewise: another user's processes only with all_users (they are
+        # never targets otherwise), and not past the timeout.
+        listeners, port_scan = [], None
+        if scope.ports:
+            listeners, holder_scan = _ports.scan_listeners(
+                scope.ports, users=None if scope.all_users else {os.geteuid()},
+                deadline=None if timeout is None else t0 + max(timeout, 0.0))
+            port_scan = holder_scan.to_dict()
         return cls(procs=procs, environ=_cached_environ(procs), listeners=listeners, gpu_report=report,
                    device_holders=scan.holders if scan else {},
                    files=lambda pid: read_open_files(pid, procs.get(pid)),
                    own_pids=_procs.ancestors(os.getpid(), procs), euid=os.geteuid(),
                    instances=instance_files(scope.state_dir), own_pidns=own_pidns,
-                   device_scan=scan.to_dict() if scan else None)
+                   device_scan=scan.to_dict() if scan else None, port_scan=port_scan)
+
+
+def _socket_owner(listener: _ports.Listener, euid: int) -> str:
+    """Who holds a listener whose holders were not read, as far as the kernel's table says."""
+    if listener.uid is None or listener.uid == euid:
+        return "whose owner cannot be read (another user's process?)"
+    return ("of user %s (the socket's owner; another user's processes are read and stopped only with "
+            "all_users)" % _procs.username(listener.uid))
 
 
 def _fuser_pids(procs: Mapping[int, _procs.Proc], all_users: bool, euid: int, own_pidns: Optional[str]) -> List[int]:
@@ -572,12 +588,13 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
             propose(pid, "listens on managed port %d (%s %s)" % (listener.port, listener.family, listener.address))
         if listener.pids:
             continue
+        owner = _socket_owner(listener, world.euid)
         if _ports.address_conflict(listener.family, listener.address, host):
-            sel.conflicts.append("port %d (%s %s) has a listener whose owner cannot be read (another user's "
-                                 "process?)" % (listener.port, listener.family, listener.address))
+            sel.conflicts.append("port %d (%s %s) has a listener %s" % (listener.port, listener.family,
+                                                                       listener.address, owner))
         else:
-            sel.foreign_listeners.append(dict(listener.to_dict(), pid=None, why="owner cannot be read; its "
-                                              "address does not collide with the instance's %s" % host))
+            sel.foreign_listeners.append(dict(listener.to_dict(), pid=None, why="%s; its address does not collide "
+                                              "with the instance's %s" % (owner, host)))
 
     # Direct targets: apply protections and the other-instance rule.
     for pid in sorted(candidates):

@@ -595,6 +595,7 @@ def summary(plan: Plan) -> Dict[str, object]:
         "other_namespaces": sel.other_namespaces,
         "device_file_holders": sel.device_file_holders,
         "device_file_holders_scan": plan.world.device_scan,
+        "port_holders_scan": plan.world.port_scan,
         "foreign_gpu_processes": sel.foreign_gpu,
         "spared": sel.spared,
         "outside_cgroup": sel.outside_cgroup,

@@ -1,0 +1,150 @@
+"""Another user's millions of open fds stretched a teardown with managed ports.
+
+To name the holders of the managed ports' listening sockets, the teardown asked psutil for the
+host's connection table, which reads the fd links of every process on the host, and then read
+every fd table again for the sockets' other holders - outside the teardown's timeout. With
+500,000 fds held by another user, that plan took 59 s. Now the kernel's TCP tables name the
+listening sockets and their owners (no fd read), and only the processes of the socket's own user
+(the module's user unless all_users) are read, never past the timeout; the result says how much
+was read (port_holders_scan).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from typing import Iterator, List
+
+import pytest
+
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
+from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
+
+HOGS = 8
+FDS_EACH = 15000
+HOG = r"""
+import os, sys, time
+procs, each = int(sys.argv[1]), int(sys.argv[2])
+for _ in range(procs - 1):
+    if os.fork() == 0:
+        break
+fd = os.open("/dev/null", os.O_RDONLY)
+for _ in range(each):
+    os.dup(fd)
+time.sleep(120)
+"""
+
+
+def _fd_count(pid: int) -> int:
+    try:
+        return len(os.listdir("/proc/%d/fd" % pid))
+    except OSError:
+        return 0
+
+
+@pytest.fixture
+def fd_hog(throwaway_user) -> Iterator[List[int]]:
+    throwaway_user.start([sys.executable, "-c", HOG, str(HOGS), str(FDS_EACH)])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pids = throwaway_user.pids()
+        if len(pids) >= HOGS and all(_fd_count(p) >= FDS_EACH for p in pids):
+            break
+        time.sleep(0.1)
+    pids = throwaway_user.pids()
+    assert len(pids) >= HOGS and sum(_fd_count(p) for p in pids) >= HOGS * FDS_EACH
+    yield pids
+
+
+@pytest.fixture
+def listening_port() -> Iterator[int]:
+    """A socket of ours listening on a managed port (the holder the teardown must name)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+def _plan(tmp_path, port: int, all_users: bool, timeout: float, monkeypatch, hogs: List[int]):
+    """Plan a teardown managing `port` (GPUs not managed); return (summary, fd links of the
+    hog's processes read, the plan's listeners)."""
+    hog_dirs = tuple("/proc/%d/fd/" % p for p in hogs)
+    read = [0]
+    real = os.readlink
+
+    def counting(path, *args, **kwargs):
+        if isinstance(path, str) and path.startswith(hog_dirs):
+            read[0] += 1
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(os, "readlink", counting)
+    scope = build_scope("sec-%s" % uuid.uuid4().hex[:6], str(tmp_path / "state"), [port], None, [], False,
+                        all_users, [], "ignore", [])
+    scope.gpus = []
+    opts = _teardown.Options(grace_period=0, timeout=timeout, shm_cleanup=False, gpu_backend="none")
+    _teardown.validate_options(opts, str(tmp_path / "state"))
+    plan = _teardown.make_plan(scope, opts)
+    try:
+        return _teardown.summary(plan), read[0], plan.world.listeners
+    finally:
+        plan.close()
+        monkeypatch.undo()
+
+
+def test_another_users_fds_are_not_read_for_our_port(fd_hog, listening_port, tmp_path, monkeypatch):
+    summary, hog_links, listeners = _plan(tmp_path, listening_port, False, 60, monkeypatch, fd_hog)
+    assert hog_links == 0, "the port scan read %d fd links of another user's processes" % hog_links
+    assert listeners and os.getpid() in listeners[0].pids, listeners  # our holder is still named
+    scan = summary["port_holders_scan"]
+    assert scan["left_out"] >= HOGS and scan["cut_short"] is False, scan
+
+
+def test_with_all_users_the_holders_of_our_socket_are_read_first(fd_hog, listening_port, tmp_path, monkeypatch):
+    summary, hog_links, listeners = _plan(tmp_path, listening_port, True, 60, monkeypatch, fd_hog)
+    # our socket's holders are root's processes: found there, the other user's tables never read
+    assert hog_links == 0 and os.getpid() in listeners[0].pids, (hog_links, listeners)
+    assert summary["port_holders_scan"]["users"] is None
+
+
+@pytest.fixture
+def own_hog() -> Iterator[List[int]]:
+    """The same hog as the module's own user: its processes are read (they could hold the
+    socket), so only the timeout bounds the walk."""
+    proc = subprocess.Popen([sys.executable, "-c", HOG, str(HOGS), str(FDS_EACH)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            pids = [p for p in _session_pids(proc.pid)]
+            if len(pids) >= HOGS and all(_fd_count(p) >= FDS_EACH for p in pids):
+                break
+            time.sleep(0.1)
+        yield _session_pids(proc.pid)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _session_pids(sid: int) -> List[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.getsid(int(name)) == sid:
+                    out.append(int(name))
+            except OSError:
+                continue
+    return out
+
+
+def test_the_walk_over_the_users_own_processes_stops_at_the_timeout(own_hog, listening_port, tmp_path, monkeypatch):
+    timeout = 0.05
+    summary, _links, _listeners = _plan(tmp_path, listening_port, False, timeout, monkeypatch, [])
+    scan = summary["port_holders_scan"]
+    assert scan["cut_short"] is True and scan["unreached"] >= 1 and "cut short" in scan["note"], scan
+    assert scan["seconds"] <= timeout + 2.0, scan
