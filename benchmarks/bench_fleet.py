@@ -68,8 +68,8 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def playbook(pb: str, extra: Dict[str, Any], more: Optional[List[str]] = None, inventory: Optional[str] = None
-             ) -> Dict[str, Any]:
+def playbook(pb: str, extra: Dict[str, Any], more: Optional[List[str]] = None, inventory: Optional[str] = None,
+             timeout: int = 900) -> Dict[str, Any]:
     """One ansible-playbook run with `extra` as an extra-vars file: rc, wall, the recap."""
     ev = C.path("fleet", "ev-%s.json" % time.time())
     with open(ev, "w") as fh:
@@ -77,7 +77,7 @@ def playbook(pb: str, extra: Dict[str, Any], more: Optional[List[str]] = None, i
     argv = [C.ANSIBLE_PLAYBOOK, "-i", inventory or os.path.join(C.ROOT, "inventory", "local.yml"),
             os.path.join(C.ROOT, "playbooks", pb), "-e", "@" + ev] + (more or [])
     cpu0 = _children_cpu()
-    rc, wall, out = C.run_timed(argv, timeout=900)
+    rc, wall, out = C.run_timed(argv, timeout=timeout)
     cpu = _children_cpu() - cpu0
     with open(C.path("fleet", "out-%s-%d.log" % (pb, int(time.time() * 1000))), "w") as fh:
         fh.write(out)
@@ -129,7 +129,7 @@ def inventory(n: int) -> str:
         "        sglang_tp_size: 1",
         "        sglang_keep_logs: 2",
         "        sglang_startup_timeout: 300",
-        "        sglang_stop_grace_period: 5",
+        "        sglang_grace_period: 5",
         "        sglang_stop_timeout: 30",
         "        sglang_gpu_backend: none",
         "        sglang_managed_gpus: []",
@@ -147,8 +147,16 @@ def inventory(n: int) -> str:
     return p
 
 
+def sizes_asked(quick: bool) -> List[int]:
+    """1, 8, 32, 64 hosts (1 and 4 quick); LLMOPS_BENCH_FLEET_SIZES=1,8 runs those only."""
+    env = os.environ.get("LLMOPS_BENCH_FLEET_SIZES")
+    if env:
+        return [int(x) for x in env.split(",") if x.strip()]
+    return [1, 4] if quick else [1, 8, 32, 64]
+
+
 def run(quick: bool = False) -> Dict[str, Any]:
-    sizes = [1, 4] if quick else [1, 8, 32, 64]
+    sizes = sizes_asked(quick)
     os.makedirs(C.SHM_ROOT, exist_ok=True)  # the dump dirs' parent (the role runs df on it)
     rows = []
     for n in sizes:
@@ -157,7 +165,7 @@ def run(quick: bool = False) -> Dict[str, Any]:
         row: Dict[str, Any] = {"hosts": n}
         for phase, extra in (("fresh", {}), ("converged", {}), ("forced", {"sglang_force": True})):
             module_cpu(os.path.join(os.path.dirname(inv), "module-cpu.log"))
-            r = playbook("restart_extraction.yml", dict(common, **extra), inventory=inv)
+            r = playbook("restart_extraction.yml", dict(common, **extra), inventory=inv, timeout=600 + 30 * n)
             r["modules_cpu"] = module_cpu(os.path.join(os.path.dirname(inv), "module-cpu.log"))
             r["controller_cpu"] = max(0.0, r["cpu"] - r["modules_cpu"])
             row[phase] = r
@@ -165,8 +173,11 @@ def run(quick: bool = False) -> Dict[str, Any]:
                 n, phase, r["wall"], r["cpu"], r["modules_cpu"], r["rc"], sum(h.get("changed", 0) for h in r["recap"].values())))
             if r["rc"]:
                 break
-        row["teardown"] = playbook("teardown.yml", dict(common, sglang_purge_dumps_on_teardown=True), inventory=inv)
+        row["teardown"] = playbook("teardown.yml", dict(common, sglang_purge_dumps_on_teardown=True), inventory=inv,
+                                   timeout=600 + 30 * n)
         rows.append(row)
+        # what ran so far survives a run cut short (the report of a full run comes from run_all)
+        C.save_json("fleet-partial", {"sizes": sizes, "forks": forks(), "rows": rows})
     return {"sizes": sizes, "forks": forks(), "rows": rows}
 
 
