@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
+from helpers import fdhog
 from helpers.fixtures import COLLECTIONS, ROOT, kill_group
 
 TESTS = os.path.join(ROOT, "tests")
@@ -159,3 +160,10 @@ def pidns():
     """The private-PID-namespace runner (see run_in_pidns)."""
     _need_root()
     return run_in_pidns
+
+
+@pytest.fixture
+def fd_hog(throwaway_user) -> Iterator[List[int]]:
+    """helpers.fdhog.HOGS processes of the throwaway user holding FDS_EACH duplicated fds each."""
+    throwaway_user.start(fdhog.argv(sys.executable))
+    yield fdhog.wait_full(throwaway_user.pids)

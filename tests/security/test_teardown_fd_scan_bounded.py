@@ -10,53 +10,14 @@ one fd table, and the result says how much it covered and when it was cut short
 """
 from __future__ import annotations
 
-import os
-import sys
-import time
 import uuid
-from typing import Iterator, List, Set
+from typing import Set
 
-import pytest
-
+from helpers.fdhog import FDS_EACH, HOGS
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
 
-HOGS = 8
-FDS_EACH = 15000   # below the usual 20000 soft limit of the throwaway user's processes
-HOG = r"""
-import os, sys, time
-procs, each = int(sys.argv[1]), int(sys.argv[2])
-for _ in range(procs - 1):
-    if os.fork() == 0:
-        break
-fd = os.open("/dev/null", os.O_RDONLY)
-for _ in range(each):
-    os.dup(fd)
-time.sleep(120)
-"""
-
-
-def _fd_count(pid: int) -> int:
-    try:
-        return len(os.listdir("/proc/%d/fd" % pid))
-    except OSError:
-        return 0
-
-
-@pytest.fixture
-def fd_hog(throwaway_user) -> Iterator[List[int]]:
-    """HOGS processes of the throwaway user holding FDS_EACH duplicated fds each."""
-    throwaway_user.start([sys.executable, "-c", HOG, str(HOGS), str(FDS_EACH)])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        pids = throwaway_user.pids()
-        if len(pids) >= HOGS and all(_fd_count(p) >= FDS_EACH for p in pids):
-            break
-        time.sleep(0.1)
-    pids = throwaway_user.pids()
-    assert len(pids) >= HOGS and sum(_fd_count(p) for p in pids) >= HOGS * FDS_EACH
-    yield pids
 
 
 def _plan_summary(tmp_path, all_users: bool, timeout: float, monkeypatch) -> tuple:

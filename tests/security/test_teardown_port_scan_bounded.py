@@ -15,49 +15,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from typing import Iterator, List
 
 import pytest
 
+from helpers.fdhog import HOGS, argv, wait_full
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
 
-HOGS = 8
-FDS_EACH = 15000
-HOG = r"""
-import os, sys, time
-procs, each = int(sys.argv[1]), int(sys.argv[2])
-for _ in range(procs - 1):
-    if os.fork() == 0:
-        break
-fd = os.open("/dev/null", os.O_RDONLY)
-for _ in range(each):
-    os.dup(fd)
-time.sleep(120)
-"""
-
-
-def _fd_count(pid: int) -> int:
-    try:
-        return len(os.listdir("/proc/%d/fd" % pid))
-    except OSError:
-        return 0
-
-
-@pytest.fixture
-def fd_hog(throwaway_user) -> Iterator[List[int]]:
-    throwaway_user.start([sys.executable, "-c", HOG, str(HOGS), str(FDS_EACH)])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        pids = throwaway_user.pids()
-        if len(pids) >= HOGS and all(_fd_count(p) >= FDS_EACH for p in pids):
-            break
-        time.sleep(0.1)
-    pids = throwaway_user.pids()
-    assert len(pids) >= HOGS and sum(_fd_count(p) for p in pids) >= HOGS * FDS_EACH
-    yield pids
 
 
 @pytest.fixture
@@ -116,15 +82,9 @@ def test_with_all_users_the_holders_of_our_socket_are_read_first(fd_hog, listeni
 def own_hog() -> Iterator[List[int]]:
     """The same hog as the module's own user: its processes are read (they could hold the
     socket), so only the timeout bounds the walk."""
-    proc = subprocess.Popen([sys.executable, "-c", HOG, str(HOGS), str(FDS_EACH)], start_new_session=True)
+    proc = subprocess.Popen(argv(sys.executable), start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            pids = [p for p in _session_pids(proc.pid)]
-            if len(pids) >= HOGS and all(_fd_count(p) >= FDS_EACH for p in pids):
-                break
-            time.sleep(0.1)
-        yield _session_pids(proc.pid)
+        yield wait_full(lambda: _session_pids(proc.pid))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
