@@ -86,6 +86,11 @@ created:
   returned: always
   type: list
   elements: str
+reason:
+  description: Why the module failed - V(unsafe_dir) (see the module documentation above for when).
+  returned: failure
+  type: str
+  sample: unsafe_dir
 """
 
 import gc

@@ -352,7 +352,7 @@ port_holders_scan:
       sockets listen there and whose they are; only then are fd tables read, those of the socket's own user
       first and the others only for a socket none of those holds, the module's user's processes only unless
       O(all_users), and never past the teardown's O(timeout).
-    - scanned, left_out (never read: excluded by those rules or not needed), unreached (not read before the
+    - scanned, left_out (never read; excluded by those rules or not needed), unreached (not read before the
       timeout), cut_short, seconds, users (null with O(all_users)), note. Null when no O(ports) are managed.
     - A listener whose holders were not read has no pids and blocks the teardown where it collides with the
       instance's address (RV(conflicts)), as another user's listener always did.

@@ -31,8 +31,8 @@ def _held_by(port: int, pid: int) -> bool:
     return any(pid in s.pids for s in _ports.listeners([port]))
 
 
-def test_a_port_squatted_after_the_teardown_leaves_the_instance_down(emulator_python, model_dir, tmp_path,
-                                                                      throwaway_user):
+def test_a_port_squatted_after_the_teardown_leaves_the_instance_down(
+        emulator_python, model_dir, tmp_path, throwaway_user):
     name = "squat-%s" % uuid.uuid4().hex[:8]
     port = free_port()
     state = str(tmp_path / "state")

@@ -19,7 +19,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _te
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
 
 
-
 def _plan_summary(tmp_path, all_users: bool, timeout: float, monkeypatch) -> tuple:
     """Plan a named teardown (GPUs managed, backend none) and return (summary, pids whose fd
     links were read, fd links read)."""

@@ -25,7 +25,6 @@ from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _te
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
 
 
-
 @pytest.fixture
 def listening_port() -> Iterator[int]:
     """A socket of ours listening on a managed port (the holder the teardown must name)."""

@@ -590,8 +590,8 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
             continue
         owner = _socket_owner(listener, world.euid)
         if _ports.address_conflict(listener.family, listener.address, host):
-            sel.conflicts.append("port %d (%s %s) has a listener %s" % (listener.port, listener.family,
-                                                                       listener.address, owner))
+            sel.conflicts.append("port %d (%s %s) has a listener %s"
+                                 % (listener.port, listener.family, listener.address, owner))
         else:
             sel.foreign_listeners.append(dict(listener.to_dict(), pid=None, why="%s; its address does not collide "
                                               "with the instance's %s" % (owner, host)))
