@@ -21,6 +21,8 @@ from typing import Iterator, List
 import pytest
 
 from helpers.fdhog import HOGS, argv, wait_full
+from helpers.fixtures import wait_for
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import build_scope
 
@@ -107,3 +109,35 @@ def test_the_walk_over_the_users_own_processes_stops_at_the_timeout(own_hog, lis
     scan = summary["port_holders_scan"]
     assert scan["cut_short"] is True and scan["unreached"] >= 1 and "cut short" in scan["note"], scan
     assert scan["seconds"] <= timeout + 2.0, scan
+
+
+FOREIGN_LISTENER = ("import socket, sys, time\n"
+                    "s = socket.socket(socket.AF_INET6)\n"
+                    "s.bind(('::1', int(sys.argv[1])))\n"
+                    "s.listen(4)\n"
+                    "time.sleep(120)\n")
+
+
+def test_another_users_socket_beside_ours_costs_at_most_the_budget(fd_hog, throwaway_user, listening_port,
+                                                                  monkeypatch):
+    """The review's attack: another user listens on [::1]:PORT beside our 127.0.0.1:PORT (no
+    collision: only reported) and holds many fds. Naming the holders for the preflight, the
+    probe, the drain and the readiness read all of that user's fds (7.4 s for 190,000). Now one
+    holder of their socket is looked for within FOREIGN_BUDGET_S; with no budget, none of their
+    fds is read, and ours is still named with every holder."""
+    listener = throwaway_user.start(["/usr/bin/python3", "-c", FOREIGN_LISTENER, str(listening_port)])
+    assert wait_for(lambda: any(l.address == "::1" for l in _ports.listeners([listening_port])), 20)
+    monkeypatch.setattr(_ports, "FOREIGN_BUDGET_S", 0.0, raising=False)
+    dirs = tuple("/proc/%d/fd/" % p for p in fd_hog + [listener.pid])
+    read = [0]
+    real = os.readlink
+
+    def counting(path, *args, **kwargs):
+        if isinstance(path, str) and path.startswith(dirs):
+            read[0] += 1
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(os, "readlink", counting)
+    found = {l.address: l for l in _ports.listeners([listening_port])}
+    monkeypatch.undo()
+    assert read[0] == 0, "%d fd links of the other user's processes read" % read[0]
+    assert os.getpid() in found["127.0.0.1"].pids and found["::1"].uid == throwaway_user.uid, found

@@ -18,7 +18,7 @@ import re
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
@@ -130,26 +130,32 @@ def _hex_address(family: str, text: str) -> str:
 
 def _table(ports: Optional[Set[int]], tables: Iterable[Tuple[str, str]] = _TABLES) -> Optional[Dict[Key, Listener]]:
     """Listening sockets on `ports` (all when None) from the namespace's TCP tables, holders not
-    yet named; None when no table can be read (then psutil's table is used)."""
+    yet named; None when no table can be read (then psutil's table is used). Streamed, and a line
+    without the port's hex is skipped unparsed: another user's 150,000 sockets cost a read of
+    the table, not its parsing."""
     found: Dict[Key, Listener] = {}
+    needles = None if ports is None else tuple(":%04X " % p for p in ports)
     readable = False
     for family, path in tables:
         try:
-            with open(path) as fh:
-                lines = fh.read().splitlines()[1:]
+            fh = open(path)
         except OSError:
             continue
         readable = True
-        for line in lines:
-            cols = line.split()
-            if len(cols) < 10 or cols[3] != _LISTEN:
-                continue
-            addr_hex, _sep, port_hex = cols[1].partition(":")
-            port = int(port_hex, 16)
-            if ports is not None and port not in ports:
-                continue
-            key = (family, _hex_address(family, addr_hex), port)
-            found.setdefault(key, Listener(port, key[1], family, int(cols[9]), [], int(cols[7])))
+        with fh:
+            next(fh, None)  # the header
+            for line in fh:
+                if needles is not None and not any(n in line for n in needles):
+                    continue
+                cols = line.split()
+                if len(cols) < 10 or cols[3] != _LISTEN:
+                    continue
+                addr_hex, _sep, port_hex = cols[1].partition(":")
+                port = int(port_hex, 16)
+                if ports is not None and port not in ports:
+                    continue
+                key = (family, _hex_address(family, addr_hex), port)
+                found.setdefault(key, Listener(port, key[1], family, int(cols[9]), [], int(cols[7])))
     return found if readable else None
 
 
@@ -194,24 +200,34 @@ def _uid_of(pid: int) -> Optional[int]:
         return None
 
 
-def _by_owner(socket_uids: Set[int], users: Optional[Set[int]], scan: HolderScan) -> Tuple[List[int], List[int]]:
-    """(the sockets' own users' processes, the others): a socket is held by its creator's
-    processes and their children; only `users`' processes when given (the rest left out)."""
-    first, rest = [], []
+# Naming the holders of another user's socket (never ours to stop without all_users) is only
+# for the report: one holder is enough, and it may not take longer than this.
+FOREIGN_BUDGET_S = 0.5
+
+
+def _by_uid(users: Optional[Set[int]], scan: HolderScan) -> Dict[Optional[int], List[int]]:
+    """uid -> its pids; only `users`' processes when given (the rest left out)."""
+    out: Dict[Optional[int], List[int]] = {}
     for pid in _procs.all_pids():
         uid = _uid_of(pid)
         if users is not None and uid not in users:
             scan.left_out += 1
             continue
-        (first if uid in socket_uids else rest).append(pid)
-    return first, rest
+        out.setdefault(uid, []).append(pid)
+    return out
 
 
-def _read_holders(pids: List[int], by_link: Dict[str, Listener], deadline: Optional[float], scan: HolderScan) -> None:
+def _read_holders(pids: List[int], by_link: Dict[str, Listener], deadline: Optional[float], scan: HolderScan,
+                  enough: Optional[Callable[[], bool]] = None) -> List[int]:
+    """Read the fd tables of `pids` in order until `deadline` (or until `enough()`); the pids
+    left unread."""
     for i, pid in enumerate(pids):
+        if enough is not None and enough():
+            return pids[i:]
         if deadline is not None and time.monotonic() >= deadline:
-            scan.cut_short, scan.unreached = True, len(pids) - i
-            return
+            scan.cut_short = True
+            scan.unreached += len(pids) - i
+            return []
         scan.scanned += 1
         for n, (_fd, target) in enumerate(_procs.fd_targets(pid)):
             listener = by_link.get(target)
@@ -219,25 +235,48 @@ def _read_holders(pids: List[int], by_link: Dict[str, Listener], deadline: Optio
                 listener.pids.append(pid)
             if n % 1024 == 1023 and deadline is not None and time.monotonic() >= deadline:
                 break  # one process's huge fd table ends at the deadline too
+    return []
 
 
-def _name_holders(found: Dict[Key, Listener], users: Optional[Set[int]], deadline: Optional[float]) -> HolderScan:
-    """Every process holding each socket (a listening socket inherited across fork is held by
-    several, and a teardown must find each), by the socket links of their fd tables: the
-    processes of each socket's own user; the others only for a socket none of those holds (one
-    created before a change of user). Another user's million fds are then never read for a
-    socket of ours."""
+def _earliest(*deadlines: Optional[float]) -> Optional[float]:
+    given = [d for d in deadlines if d is not None]
+    return min(given) if given else None
+
+
+def _name_holders(found: Dict[Key, Listener], users: Optional[Set[int]], deadline: Optional[float],
+                  complete_all: bool = False) -> HolderScan:
+    """The processes holding each socket, by the socket links of their fd tables.
+
+    A socket of the module's user (or of anyone, with `complete_all`: a teardown with all_users
+    may stop them) needs every holder (a listening socket inherited across fork is held by
+    several, and a teardown must find each): its owner's processes are all read. Another user's
+    socket needs one holder, for the report: its owner's processes are read until one holds it,
+    within FOREIGN_BUDGET_S. The remaining processes are read only
+    for a socket still without a holder (one created before a change of user). Another user's
+    million fds are then never read for a socket of ours, and cost at most the budget for one
+    of theirs."""
     t0 = time.monotonic()
     scan = HolderScan(users=sorted(users) if users is not None else None)
     by_link = {"socket:[%d]" % l.inode: l for l in found.values() if l.inode}
     if by_link:
-        first, rest = _by_owner({l.uid for l in found.values() if l.uid is not None}, users, scan)
-        _read_holders(first, by_link, deadline, scan)
-        if not scan.cut_short and any(not l.pids for l in by_link.values()):
-            _read_holders(rest, by_link, deadline, scan)
+        euid = os.geteuid()
+        procs = _by_uid(users, scan)
+        complete = {l.uid for l in by_link.values()} if complete_all else {euid}
+        for uid in sorted(u for u in {l.uid for l in by_link.values()} if u in complete):
+            _read_holders(procs.pop(uid, []), by_link, deadline, scan)
+        budget = _earliest(deadline, t0 + FOREIGN_BUDGET_S)
+        for uid in sorted(u for u in {l.uid for l in by_link.values()} if u not in complete and u in procs):
+            theirs = [l for l in by_link.values() if l.uid == uid]
+            left = _read_holders(procs.pop(uid), by_link, budget, scan,
+                                 enough=lambda ls=theirs: all(l.pids for l in ls))
+            scan.left_out += len(left)
+        rest = [pid for pids in procs.values() for pid in pids]
+        if any(not l.pids for l in by_link.values()) and not scan.cut_short:
+            mine = any(not l.pids and l.uid in complete for l in by_link.values())
+            _read_holders(sorted(rest), by_link, deadline if mine else budget, scan,
+                          enough=lambda: all(l.pids for l in by_link.values()))
         else:
-            scan.left_out += len(rest) if not scan.cut_short else 0
-            scan.unreached += len(rest) if scan.cut_short else 0
+            scan.left_out += len(rest)
     scan.seconds = time.monotonic() - t0
     return scan
 
@@ -261,17 +300,21 @@ def _remember(found: Dict[Key, Listener]) -> None:
 
 
 def scan_listeners(ports: Optional[Iterable[int]] = None, users: Optional[Iterable[int]] = None,
-                   deadline: Optional[float] = None) -> Tuple[List[Listener], HolderScan]:
+                   deadline: Optional[float] = None, complete_all: bool = False
+                   ) -> Tuple[List[Listener], HolderScan]:
     """Listening sockets on `ports` (all ports when None), one entry per (family, address, port)
     (SO_REUSEPORT sockets merged), with the pids holding them: of `users` only when given, read
     until `deadline` (time.monotonic()) when given. A socket whose holders were not read (another
     user's, as non-root; left out; past the deadline) has an empty pid list and its `uid`."""
     wanted = set(ports) if ports is not None else None
+    t0 = time.monotonic()
     found = _table(wanted)
     if found is None:  # no /proc/net/tcp: psutil names the holders (no bound)
         found = _psutil_table(wanted)
         return _sorted(found.values()), HolderScan()
-    scan = _name_holders(found, set(users) if users is not None else None, deadline)
+    if deadline is not None:  # another user's 150,000 sockets slow the table's read (the kernel
+        deadline += time.monotonic() - t0  # writes it whole): never at the cost of naming ours
+    scan = _name_holders(found, set(users) if users is not None else None, deadline, complete_all)
     _remember(found)
     return _sorted(found.values()), scan
 

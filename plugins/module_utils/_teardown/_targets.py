@@ -240,7 +240,7 @@ class World:
         if scope.ports:
             listeners, holder_scan = _ports.scan_listeners(
                 scope.ports, users=None if scope.all_users else {os.geteuid()},
-                deadline=None if timeout is None else t0 + max(timeout, 0.0))
+                deadline=None if timeout is None else t0 + max(timeout, 0.0), complete_all=scope.all_users)
             port_scan = holder_scan.to_dict()
         return cls(procs=procs, environ=_cached_environ(procs), listeners=listeners, gpu_report=report,
                    device_holders=scan.holders if scan else {},

@@ -881,7 +881,7 @@ def _verify(plan: Plan, opts: Options, pids: Set[int], deadline: float
     # foreign listeners beside the instance's address were never targets: not left by the teardown
     beside = {(f["port"], f["family"], f["address"]) for f in plan.selection.foreign_listeners}
     while plan.scope.ports:
-        ports_after = [l.to_dict() for l in _ports.listeners(plan.scope.ports)
+        ports_after = [l.to_dict() for l in _ports.scan_listeners(plan.scope.ports, deadline=deadline)[0]
                        if (l.port, l.family, l.address) not in beside or set(l.pids) & pids]
         if not ports_after or time.monotonic() >= deadline:
             break
