@@ -46,6 +46,7 @@ class Compiled:
     max_bs: int
     sizes: List[int] = field(default_factory=list)
     seconds: float = 0.0
+    per_bs: Dict[int, float] = field(default_factory=dict)
 
     def run(self, bs: int) -> None:
         """One forward at batch size `bs` (the first one at a size compiles it)."""
@@ -58,8 +59,10 @@ class Compiled:
         self.forward(x)
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
+        took = time.perf_counter() - tic
         self.sizes.append(bs)
-        self.seconds += time.perf_counter() - tic
+        self.per_bs[bs] = round(took, 2)
+        self.seconds += took
 
 
 def set_torch_compile_config() -> None:
@@ -136,7 +139,7 @@ def summary(compiled: Compiled) -> Dict[str, Any]:
 
     inductor = counters.get("inductor", {})
     return {"mode": compiled.mode, "device": compiled.device, "sizes": sorted(compiled.sizes),
-            "seconds": round(compiled.seconds, 2), "cache_dir": cache_dir(),
+            "seconds": round(compiled.seconds, 2), "per_bs": dict(compiled.per_bs), "cache_dir": cache_dir(),
             "fxgraph_cache_hit": int(inductor.get("fxgraph_cache_hit", 0)),
             "fxgraph_cache_miss": int(inductor.get("fxgraph_cache_miss", 0))}
 
