@@ -129,6 +129,18 @@ def test_inside_the_launch_tmpdir_a_file_or_a_relative_path_is_refused(safe_root
     assert "root directory" in cc.problem("/")
 
 
+def test_a_directory_that_cannot_be_created_is_refused_before_the_teardown(safe_root, monkeypatch):
+    """A home the server's user cannot write (a system user's /nonexistent, say): refused in the
+    preflight, not at the spawn after the old server was stopped. (os.access stands in for a
+    user without write permission: the tests run as root, who may write anywhere.)"""
+    ro = os.path.join(safe_root, "ro")
+    os.mkdir(ro, 0o500)
+    real_access = os.access
+    monkeypatch.setattr(cc.os, "access", lambda p, mode: False if p == ro else real_access(p, mode))
+    assert "cannot be created: %s is not writable" % ro in cc.problem(os.path.join(ro, "cache"))
+    assert cc.problem(os.path.join(safe_root, "fine", "cache")) is None
+
+
 def test_ensure_creates_privately_and_refuses_with_unsafe_dir(safe_root, tmp_path):
     path = os.path.join(safe_root, "a", "b")
     cc.ensure(path)

@@ -124,10 +124,12 @@ def problem(path: str, forbidden: Sequence[str] = ()) -> Optional[str]:
     here = "/"
     parts = [p for p in path.split("/") if p]
     for i, part in enumerate([""] + parts):
-        here = os.path.join(here, part) if part else "/"
+        above, here = here, os.path.join(here, part) if part else "/"
         try:
             st = os.lstat(here)
         except FileNotFoundError:
+            if not os.access(above, os.W_OK | os.X_OK):  # the launch would fail after the teardown
+                return "%s %s cannot be created: %s is not writable by uid %d" % (LABEL, path, above, os.geteuid())
             return None  # created below it, 0700
         except OSError as exc:
             return "%s %s cannot be checked at %s: %s" % (LABEL, path, here, exc.strerror or exc)
@@ -232,6 +234,8 @@ def clear(path: str, check_mode: bool = False) -> Dict[str, Any]:
     """Empty the cache directory (it stays), through descriptors opened component by component
     without following a symlink (_purge). Check mode only measures. The result names what went
     and what could not."""
+    if not os.path.lexists(path):
+        return {"dir": path, "existed": False, "entries": 0, "bytes": 0, "cleared": False, "errors": []}
     why = problem(path)
     if why:
         raise SglangError("the compile cache is not cleared: %s" % why, reason="unsafe_dir", path=path)

@@ -65,7 +65,7 @@ def cache_to_clear(record: Optional[Mapping[str, Any]]) -> Optional[str]:
 
 def _refuse_unsafe_cache(record: Optional[Mapping[str, Any]]) -> None:
     path = cache_to_clear(record)
-    why = _compile_cache.problem(path) if path else None
+    why = _compile_cache.problem(path) if path and os.path.lexists(path) else None  # missing: nothing to clear
     if why:
         raise SglangError("clear_cache refused before anything was stopped: %s" % why, reason="unsafe_dir", path=path)
 
