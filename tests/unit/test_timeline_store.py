@@ -179,8 +179,10 @@ def test_a_hand_edited_warm_map_is_ignored(state):
     assert ts.warm_baseline(state, "ext", "L2") == {}
 
 
-def test_remembered_tells_a_recheck_from_a_start_first_seen_running(state):
-    assert ts.remembered(state, "ext", "L1") is False
-    ts.remember(state, "ext", "L1", 40.0, capture(28.7))
-    assert ts.remembered(state, "ext", "L1") is True and ts.remembered(state, "ext", "L2") is False
-    assert ts.remembered(None, "ext", "L1") is False and ts.remembered(state, "ext", None) is False
+def test_proven_names_the_launches_judged_ready(state):
+    assert ts.proven(state, "ext", "L1") is False                     # nothing remembered: never judged
+    assert ts.proven(None, "ext", "L1") is None and ts.proven(state, "ext", None) is None
+    ts.remember(state, "ext", "L1", 250.0, PHASES)
+    ts.remember(state, "ext", "L2", 240.0, PHASES)
+    assert ts.proven(state, "ext", "L2") and ts.proven(state, "ext", "L1")   # the last start and the one before
+    assert ts.proven(state, "ext", "L3") is False

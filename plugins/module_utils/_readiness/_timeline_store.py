@@ -69,10 +69,16 @@ def baseline(state_dir: Optional[str], name: Optional[str], launch_id: Optional[
     return stored
 
 
-def remembered(state_dir: Optional[str], name: Optional[str], launch_id: Optional[str]) -> bool:
-    """Whether `launch_id` is the start already remembered (a re-check of it writes nothing)."""
-    stored = read(state_dir, name) if state_dir and name else None
-    return bool(stored and launch_id and stored.get("launch_id") == launch_id)
+def proven(state_dir: Optional[str], name: Optional[str], launch_id: Optional[str]) -> Optional[bool]:
+    """Was this launch judged ready before (it is the remembered start, or the one before it)?
+    None when that cannot be known: no state dir, name or launch id."""
+    if not state_dir or not name or not launch_id:
+        return None
+    stored = read(state_dir, name)
+    if stored is None:
+        return False
+    previous = _entry(stored.get("previous")) or {}
+    return launch_id in (stored.get("launch_id"), previous.get("launch_id"))
 
 
 def is_slow(start_seconds: Optional[float], last_seconds: Optional[float]) -> bool:
