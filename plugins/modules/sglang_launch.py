@@ -381,6 +381,14 @@ options:
         type: list
         elements: path
         default: []
+      clear_cache:
+        description:
+          - Empty the compile cache the old server used (see O(cache_dir)) once it is proven gone, so
+            that the new server compiles from nothing (after an upgrade of torch or the kernels, say).
+            Refused with V(unsafe_dir) before anything is stopped when the directory is unsafe.
+        type: bool
+        default: false
+        version_added: "0.6.0"
       takeover:
         description:
           - Other instances, by name, the teardown may stop when they hold the port; without it the call fails
@@ -389,6 +397,29 @@ options:
         elements: str
         default: []
         version_added: "0.6.0"
+  cache_dir:
+    description:
+      - The directory of the server's persistent compile and JIT caches, one per host and user -
+        by default SGLang's own, C(~/.cache/sglang) of the server's user (the module's). Every launch,
+        whatever its SGLang version, gets the variables SGLang 0.5.23 sets at import, under it -
+        C(SGLANG_CACHE_DIR) (the directory), C(TRITON_CACHE_DIR) (C(triton)), C(TORCHINDUCTOR_CACHE_DIR)
+        (C(inductor)), C(CUDA_CACHE_PATH) (C(nv)), C(TILELANG_CACHE_DIR) (C(tilelang)),
+        C(FLASHINFER_WORKSPACE_BASE) (the directory) and C(SGLANG_DG_CACHE_DIR) (C(deep_gemm)). SGLang
+        0.5.6 would otherwise compile C(--enable-torch-compile) into inductor's default in the launch's
+        private TMPDIR, which the teardown removes, and recompile on every restart.
+      - Each variable the operator's O(env) sets wins; with C(SGLANG_CACHE_DIR) in O(env) the others
+        derive from it and this option is not used. Such values are used as given (a warning names
+        one that lies in the TMPDIR or where others can write).
+      - The directory holds code the server loads, so it is checked in the preflight (before any
+        teardown) and refused with RV(reason) V(unsafe_dir) when it, or any directory above it, is a
+        symlink, is owned by another user than root or the module's, or is writable by group or
+        others (a shared C(/tmp) or C(/dev/shm) path included), or when it lies inside the launch's
+        TMPDIR. A missing one is created 0700 at the launch.
+      - No teardown removes it; O(teardown.clear_cache) (or C(sglang_teardown)'s O(teardown.clear_cache))
+        empties it. The launch record keeps where each cache is (C(compile_cache)); C(sglang_probe)
+        shows their sizes.
+    type: path
+    version_added: "0.6.0"
   restore:
     description:
       - V(none) - launch the server the options describe.
@@ -817,6 +848,7 @@ def main() -> None:
             spawn_timeout=dict(type="float", default=30),
             containment=dict(type="str", default="auto", choices=list(_containment.BACKENDS)),
             teardown=dict(type="dict", options=_options.teardown()),
+            cache_dir=dict(type="path"),
             restore=dict(type="str", default="none", choices=list(_launch_restore.RESTORE_CHOICES)),
         ),
         mutually_exclusive=[("venv", "python")],

@@ -297,6 +297,24 @@ containment:
   returned: always
   type: dict
   sample: {backend: cgroup, why: "auto: PID 1 is not systemd; cgroup v2 at /sys/fs/cgroup is writable by uid 0"}
+compile_caches:
+  description:
+    - Where the compile and JIT caches of each instance live and how big they are - one entry per
+      launch record in O(state_dir) that names them (C(instance)), or, without any, where a launch
+      by this user would put them (C(instance) null) - C(dir) (the directory the collection manages;
+      null when the launch's env set C(SGLANG_CACHE_DIR)), C(source) (V(default), V(option), V(env)),
+      C(caches) - per variable (C(SGLANG_CACHE_DIR), C(TRITON_CACHE_DIR), C(TORCHINDUCTOR_CACHE_DIR),
+      C(CUDA_CACHE_PATH), C(TILELANG_CACHE_DIR), C(FLASHINFER_WORKSPACE_BASE), C(SGLANG_DG_CACHE_DIR))
+      C(variable), C(path), C(set_by) (V(collection) or V(env)), C(exists), C(bytes), C(files) and
+      C(truncated) (the walk stops after 20000 entries per directory; the figures are then a lower
+      bound). Symlinks are not followed, other filesystems not entered.
+  returned: always
+  type: list
+  elements: dict
+  version_added: "0.6.0"
+  sample: [{instance: extraction, dir: /root/.cache/sglang, source: default, caches: [{variable: TORCHINDUCTOR_CACHE_DIR,
+            path: /root/.cache/sglang/inductor, set_by: collection, exists: true, bytes: 286261248, files: 1873,
+            truncated: false}]}]
 records:
   description:
     - Launch records in O(state_dir) - path, name, launch_id, pid, port, log_path, interpreter,

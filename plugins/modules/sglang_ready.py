@@ -57,7 +57,8 @@ description:
   - Changes nothing on the server. After a successful start it remembers the start's timeline
     in O(state_dir)/C(<name>.timeline.json) (0600, written atomically; not in check mode), so
     the next wait can say how far along a start is compared with the last one and flag a slow
-    start (RV(slow_start)). A re-check of a running server writes nothing.
+    start (RV(slow_start)) or a cold one (RV(cold_start)). A re-check of a running server writes
+    nothing.
   - In check mode it observes exactly the same way and writes nothing.
   - Without O(api_key), a launch whose record says it was started with a key is checked with the key that very
     launch was started with, read from its private C(<state_dir>/<name>.secrets) (kept by
@@ -550,6 +551,28 @@ slow_start:
     (RV(start_seconds) > 1.5 x RV(last_start_seconds)).
   returned: always
   type: bool
+cold_start:
+  description: >-
+    Whether a phase that compiles ran cold (RV(cold_phases) is not empty); a warning then names
+    each such phase and what the last warm start took.
+  returned: always
+  type: bool
+  version_added: "0.6.0"
+cold_phases:
+  description: >-
+    The phases that compile - C(cuda graph capture) (torch.compile with C(--enable-torch-compile),
+    DeepGEMM's JIT warm-up, the Triton and FlashInfer kernels built while capturing) and, with
+    C(--disable-cuda-graph), C(warm-up request (first forward)) (where those compiles run then) -
+    that took more than 3 times as long as in the last warm start of this instance remembered in
+    O(state_dir), and at least 5 s more - C(phase), C(seconds), C(warm_seconds), C(warm_launch_id),
+    C(warm_recorded_at) (epoch seconds). Empty for the first start remembered, a re-check of a
+    running server, or a start that is not ready.
+  returned: always
+  type: list
+  elements: dict
+  version_added: "0.6.0"
+  sample: [{phase: cuda graph capture, seconds: 186.0, warm_seconds: 28.7, warm_launch_id: 4f1c...,
+            warm_recorded_at: 1764680000.0}]
 pending:
   description: >-
     A slice of a sliced wait ended before the verdict. Only in the private results the action
@@ -719,7 +742,8 @@ def _context(params: Dict[str, Any], record: Dict[str, Any], opts: _readiness.Op
     opts.proven_before = _timeline_store.proven(where["state_dir"], where["name"], record.get("launch_id"))
     return dict(where, expect=opts.expect, node_rank=opts.node_rank, launch_id=record.get("launch_id"),
                 launch_key=_last_good_r.wants_launch_key(params["api_key"], record),
-                last_start_seconds=last.get("start_seconds") if last else None)
+                last_start_seconds=last.get("start_seconds") if last else None,
+                warm=_timeline_store.warm_baseline(where["state_dir"], where["name"], record.get("launch_id")))
 
 
 def _use_launch_key(module: AnsibleModule, ctx: Dict[str, Any], opts: _readiness.Options) -> _readiness.Options:
@@ -750,6 +774,10 @@ def _finish(module: AnsibleModule, outcome: _readiness.Outcome, ctx: Dict[str, A
     last = ctx.get("last_start_seconds")
     result.update(start_seconds=start, last_start_seconds=last,
                   slow_start=bool(fresh and _timeline_store.is_slow(start, last)))
+    cold = _timeline_store.cold_phases(result.get("timeline") or [], ctx.get("warm") or {}) if fresh else []
+    result.update(cold_start=bool(cold), cold_phases=cold)
+    if cold:
+        module.warn(_timeline_store.cold_text(cold))
     if fresh and start and ctx.get("state_dir") and ctx.get("name") and not module.check_mode:
         try:
             _timeline_store.remember(ctx["state_dir"], ctx["name"], result.get("launch_id"), start,

@@ -177,6 +177,20 @@ options:
     type: list
     elements: path
     default: []
+  clear_cache:
+    description:
+      - Empty the instance's compile and JIT cache directory (the directory stays) once every
+        target is proven gone - the directory its launch record names (C(compile_cache.dir), set by
+        C(sglang_launch)'s O(llmops.sglang.sglang_launch#module:cache_dir)), else this user's
+        C(~/.cache/sglang); nothing when the launch's env set C(SGLANG_CACHE_DIR) (the operator's).
+        Without this option no teardown touches the cache. The next start of every server that uses
+        this directory compiles from nothing.
+      - Refused with V(unsafe_dir) before any signal when the directory, or one above it, is a
+        symlink, another user's, or writable by group or others. Check mode measures it.
+      - The result is RV(compile_cache_cleared).
+    type: bool
+    default: false
+    version_added: "0.6.0"
   takeover:
     description:
       - Names of other instances this teardown may stop when one of their processes listens on a
@@ -401,6 +415,16 @@ tmpdir_removed:
   description: The instance TMPDIR removed (or that would be), if any.
   returned: always
   type: str
+compile_cache_cleared:
+  description:
+    - With O(clear_cache) - the cache directory emptied (in check mode, measured) - C(dir),
+      C(existed), C(entries) and C(bytes) (what was in it), C(cleared), C(errors) (what could not
+      be removed); C(dir) null and C(msg) when the launch's env named it (kept). The compile cache
+      is never touched otherwise, and the instance TMPDIR (RV(tmpdir_removed)) no longer holds it.
+  returned: when O(clear_cache) is true and the teardown succeeded
+  type: dict
+  version_added: "0.6.0"
+  sample: {dir: /root/.cache/sglang, existed: true, entries: 4, bytes: 286261248, cleared: true, errors: []}
 record_removed:
   description: Launch record and exit file removed (or that would be).
   returned: always

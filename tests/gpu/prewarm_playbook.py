@@ -51,14 +51,29 @@ def last(results: List[Dict[str, Any]], action: str) -> Optional[Dict[str, Any]]
     return hits[-1] if hits else None
 
 
+def downtime(res: List[Dict[str, Any]], ready: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """downtime_s: from the start of the task that stops the old server - the replacement's
+    launch call, which tears down and launches in one (validate.restart_teardown) - to the end
+    of the ready task; teardown_s: the teardown's own phases (its `timings`), or the teardown
+    task's length where it is a task of its own."""
+    td = V.restart_teardown(res)
+    task = td.get("_task") or {}
+    out: Dict[str, Any] = {}
+    if ready and task.get("task_start"):
+        out["downtime_s"] = round(ready["time"] - task["task_start"], 3)
+    if str(task.get("action", "")).endswith("sglang_launch"):
+        out["teardown_s"] = round(sum(float(v) for v in (td.get("timings") or {}).values()), 3)
+    elif task.get("task_start"):
+        out["teardown_s"] = round(task["time"] - task["task_start"], 3)
+    return out
+
+
 def figures(run: Dict[str, Any]) -> Dict[str, Any]:
     res = run["results"]
     out: Dict[str, Any] = {"rc": run["rc"], "playbook_s": run["seconds"], "stats": run["stats"]}
-    teardown, ready = last(res, "sglang_teardown"), last(res, "sglang_ready")
+    ready = last(res, "sglang_ready")
     launch, prewarm = last(res, "sglang_launch"), last(res, "sglang_prewarm")
-    if teardown and ready and teardown.get("task_start"):
-        out["downtime_s"] = round(ready["time"] - teardown["task_start"], 3)
-        out["teardown_s"] = round(teardown["time"] - teardown["task_start"], 3)
+    out.update(downtime(res, ready))
     if ready and ready.get("task_start"):
         out["ready_task_s"] = round(ready["time"] - ready["task_start"], 3)
     if prewarm:

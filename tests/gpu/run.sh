@@ -4,6 +4,9 @@
 #   bash tests/gpu/run.sh                  real GPUs: NVML (nvidia-ml-py) + nvidia-smi + torch
 #   GPU_DRYRUN=fake bash tests/gpu/run.sh  CPU rehearsal: tests/gpu/fake stands in for NVML/nvidia-smi
 #   GPU_DRYRUN=none bash tests/gpu/run.sh  no GPU backend at all: the GPU checks are SKIPped
+#   GPUVAL_PLAYBOOK_COMPILE=1 bash tests/gpu/run.sh
+#                                          only restart_extraction.yml with --enable-torch-compile,
+#                                          the compile cache cold and warm (tests/gpu/compile_playbook.py)
 #   GPUVAL_PLAYBOOK_PREWARM=1 bash tests/gpu/run.sh
 #                                          only restart_extraction.yml with and without the prewarm
 #                                          over a 20 GiB checkpoint (tests/gpu/prewarm_playbook.py)
@@ -165,6 +168,19 @@ if [ "${GPUVAL_PLAYBOOK_PREWARM:-0}" = 1 ]; then
   rc=$?
   set -e
   say "prewarm_playbook.py exit $rc; results: $OUT/prewarm-playbook.md"
+  exit "$rc"
+fi
+
+if [ "${GPUVAL_PLAYBOOK_COMPILE:-0}" = 1 ]; then
+  # restart_extraction.yml with --enable-torch-compile, the compile cache cold and warm, for the
+  # 0.5.6 and the 0.5.23 emulation (tests/gpu/compile_playbook.py); instead of validate.py
+  [ "$mode" = real ] || export CPB_GPU=0
+  say "compile_playbook.py"
+  set +e
+  timeout -k 10 "${GPUVAL_CPB_TIMEOUT:-1500}" "$ctl_py" -u tests/gpu/compile_playbook.py
+  rc=$?
+  set -e
+  say "compile_playbook.py exit $rc; results: $OUT/compile-playbook.md"
   exit "$rc"
 fi
 

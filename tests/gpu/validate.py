@@ -349,6 +349,19 @@ def find(res: List[Dict[str, Any]], action: str, name: Optional[str] = None) -> 
     return hit
 
 
+def restart_teardown(res: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The restart's teardown result: since the teardown runs inside the replacement's launch
+    call, sglang_launch's `teardown` (the last launch that stopped something for real); the
+    teardown role's own task only where a run still has one (tags, check mode)."""
+    for d in reversed(res):
+        if str(d.get("action", "")).endswith("sglang_launch") and d.get("status") == "ok":
+            td = (d.get("result") or {}).get("teardown")
+            if isinstance(td, dict) and "killed" in td and not d["result"].get("skipped"):
+                return dict(td, _task=d)
+    hit = find(res, "sglang_teardown")
+    return dict(hit.get("result", {}), _task=hit) if hit else {}
+
+
 def run_ansible(label: str, argv: List[str], timeout: float, env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     if budget_left() < 20:
         raise Abort("time budget spent before %s" % label)
@@ -622,7 +635,7 @@ def main() -> int:
     old = set(schedulers())
     r3 = playbook("run3-force", "restart_extraction.yml", {"sglang_force": True})
     launch3 = (find(r3["results"], "sglang_launch", "Launch") or {}).get("result", {})
-    td3 = (find(r3["results"], "sglang_teardown") or {}).get("result", {})
+    td3 = restart_teardown(r3["results"])
     ready3 = (find(r3["results"], "sglang_ready") or {}).get("result", {})
     new = set(schedulers())
     check("R3", "forced restart succeeds with a new server", r3["rc"] == 0 and launch3.get("changed")

@@ -901,3 +901,16 @@ def test_a_resume_state_this_module_did_not_write_is_refused(state):
     with pytest.raises(SglangError) as err:
         _readiness.wait_ready_slice(None, _opts(), state, 1.0)
     assert err.value.details["reason"] == "invalid_argument"
+
+
+def test_0523_capture_lines_are_the_cuda_graph_phases():
+    """0.5.23 words them `Capture target decode CUDA graph begin/end` (cuda_graph_setup.py):
+    without them the timeline had no capture phase, and a cold compile there was never named."""
+    log = _analyzer(1234)
+    log.feed(["[2025-01-01 10:00:01 TP0] Memory pool end. avail mem=10.00 GB",
+              "[2025-01-01 10:00:02 TP0] Capture target decode CUDA graph begin. backend=full, "
+              "num_tokens_per_req=1, avail mem=10.00 GB",
+              "[2025-01-01 10:00:40 TP0] Capture target decode CUDA graph end. bs=[1, 2, 4], elapsed=38.00 s, "
+              "mem usage=0.42 GB, avail mem=9.58 GB."], time.time())
+    at = {t["phase"]: t["seconds"] for t in log.timeline}
+    assert at["cuda graph end"] - at["cuda graph begin"] == 38.0

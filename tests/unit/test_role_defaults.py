@@ -23,7 +23,7 @@ FEEDS = {
         "foreign_port_holders", "min_free_mb", "spawn_timeout", "containment")},
     "sglang_teardown": {s: ("sglang_teardown", s) for s in (
         "ports", "patterns", "sglang_processes", "all_users", "protect", "foreign_gpu_processes",
-        "grace_period", "timeout", "shm_cleanup", "purge_paths")},
+        "grace_period", "timeout", "shm_cleanup", "purge_paths", "clear_cache")},
     "sglang_ready": {s: ("sglang_ready", s) for s in (
         "timeout", "poll_interval", "extra_ready_patterns", "extra_fatal_patterns", "require_ready_line",
         "health", "settle")},
@@ -33,7 +33,7 @@ FEEDS = {
             "foreign_port_holders", "min_free_mb", "spawn_timeout", "containment")},
         **{s: ("sglang_teardown", s) for s in (
             "patterns", "sglang_processes", "all_users", "protect", "foreign_gpu_processes", "grace_period",
-            "shm_cleanup", "purge_paths")},
+            "shm_cleanup", "purge_paths", "clear_cache")},
         teardown_timeout=("sglang_teardown", "timeout"),
         **{s: ("sglang_ready", s)
            for s in ("timeout", "poll_interval", "extra_ready_patterns", "extra_fatal_patterns", "health")},

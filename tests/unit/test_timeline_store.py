@@ -128,6 +128,57 @@ def test_instance_label():
     assert action.instance_label({}) == "sglang"
 
 
+# --- a cold start is named (issue 34) ---------------------------------------------------------
+
+def capture(seconds, launch_ready=None):
+    """A start whose CUDA graph capture (the compiling phase) took `seconds`."""
+    return [{"phase": "memory pool", "seconds": 10.0}, {"phase": "cuda graph begin", "seconds": 10.5},
+            {"phase": "cuda graph end", "seconds": 10.5 + seconds}, {"phase": "http up", "seconds": 11.0 + seconds},
+            {"phase": "ready", "seconds": launch_ready or 12.0 + seconds}]
+
+
+def test_compiling_phases_from_the_timeline():
+    assert ts.compiling_phases(capture(28.7)) == {"cuda graph capture": 28.7, "warm-up request (first forward)": 1.0}
+    # --disable-cuda-graph: the first forward (where DeepGEMM's JIT warm-up then runs) is the compiling phase
+    assert ts.compiling_phases(PHASES) == {}
+    assert ts.compiling_phases([{"phase": "http up", "seconds": 5.0}, {"phase": "ready", "seconds": 190.0}]) == {
+        "warm-up request (first forward)": 185.0}
+
+
+def test_a_cold_compile_is_named_against_the_last_warm_start(state):
+    ts.remember(state, "ext", "L1", 215.0, capture(186.0))   # first start: nothing to compare with
+    assert ts.cold_phases(capture(186.0), ts.warm_baseline(state, "ext", "L2")) == []  # same: not cold
+    ts.remember(state, "ext", "L2", 58.0, capture(28.7))     # warm: becomes the reference
+    warm = ts.warm_baseline(state, "ext", "L3")
+    assert warm["cuda graph capture"]["seconds"] == 28.7 and warm["cuda graph capture"]["launch_id"] == "L2"
+    cold = ts.cold_phases(capture(211.0), warm)
+    assert [c["phase"] for c in cold] == ["cuda graph capture"]
+    assert cold[0]["seconds"] == 211.0 and cold[0]["warm_seconds"] == 28.7 and cold[0]["warm_launch_id"] == "L2"
+    text = ts.cold_text(cold)
+    assert text.startswith("cold start") and "cuda graph capture took 211.0 s, 7.4x the last warm start's 28.7 s" in text
+    # the cold start is remembered, but the warm reference stays the last warm start's
+    ts.remember(state, "ext", "L3", 240.0, capture(211.0))
+    assert ts.warm_baseline(state, "ext", "L4")["cuda graph capture"]["launch_id"] == "L2"
+    # a re-check of the cold launch still compares with what was warm before it
+    assert ts.cold_phases(capture(211.0), ts.warm_baseline(state, "ext", "L3"))[0]["warm_launch_id"] == "L2"
+
+
+def test_small_or_proportionate_differences_are_not_cold(state):
+    warm = {"cuda graph capture": {"seconds": 1.0, "launch_id": "L1", "recorded_at": 0}}
+    assert ts.cold_phases(capture(4.0), warm) == []       # 4x, but only 3 s more
+    warm["cuda graph capture"]["seconds"] = 20.0
+    assert ts.cold_phases(capture(55.0), warm) == []      # 2.75x: not cold
+    assert ts.cold_phases(capture(61.0), warm)[0]["seconds"] == 61.0
+
+
+def test_a_hand_edited_warm_map_is_ignored(state):
+    path = ts.remember(state, "ext", "L1", 40.0, capture(28.7))
+    data = json.load(open(path))
+    data["warm"] = {"cuda graph capture": {"seconds": "fast"}, "x": 3}
+    json.dump(data, open(path, "w"))
+    assert ts.warm_baseline(state, "ext", "L2") == {}
+
+
 def test_proven_names_the_launches_judged_ready(state):
     assert ts.proven(state, "ext", "L1") is False                     # nothing remembered: never judged
     assert ts.proven(None, "ext", "L1") is None and ts.proven(state, "ext", None) is None

@@ -37,6 +37,7 @@ def teardown() -> Dict[str, Any]:
         shm_cleanup=dict(type="bool", default=True),
         shm_dir=dict(type="path", default="/dev/shm"),
         purge_paths=dict(type="list", elements="path", default=[]),
+        clear_cache=dict(type="bool", default=False),
         takeover=dict(type="list", elements="str", default=[]),
     )
 

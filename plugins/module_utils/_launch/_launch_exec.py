@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _cliargs
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _compile_cache
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _last_good
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
@@ -49,6 +50,8 @@ def preflight(p: Mapping[str, Any], dirs: Mapping[str, str], check_mode: bool) -
     pf.args = _preflight.check_args(report, p["args"])
     _preflight.check_log_level(report, pf.args, p["allow_log_level_warning"])
     _preflight.check_dirs(report, {"state_dir": state_dir, "log_dir": dirs["log_dir"]})
+    pf.compile_cache = _compile_cache.plan(p.get("cache_dir"), pf.env)
+    _compile_cache.check(report, pf.compile_cache, dirs["tmpdir"])
     full = _preflight.check_space(report, dirs, p["min_free_mb"], p["min_free_inodes"])
     try:
         pf.output_dirs = _outputdirs.parse(p.get("output_dirs"))
@@ -318,12 +321,16 @@ def spawn(req: Request) -> Dict[str, Any]:
         "nnodes": _int(pf.args.get("--nnodes"), 1), "node_rank": _int(pf.args.get("--node-rank"), 0),
         "expect": _cliargs.expected_server_info(pf.model_path, pf.tp_size, pf.port, pf.args),
     }
+    cache = pf.compile_cache or _compile_cache.plan(None, pf.env)
+    if cache.dir is not None:  # the collection's own directory: created privately, never removed
+        _compile_cache.ensure(cache.dir, [_record.tmpdir_path(req.state_dir, req.name)])
+    fields["compile_cache"] = cache.to_record()
     spec = _launcher.LaunchSpec(
         name=req.name, state_dir=req.state_dir, log_dir=req.log_dir, python=interp.path,
         venv=interp.venv if interp.is_venv else None, argv=req.argv, env=pf.env,
         keep_logs=p["keep_logs"], secrets=req.secrets,
         extra_secret_flags=_cliargs.secret_arg_flags(pf.args), spawn_timeout=p["spawn_timeout"],
-        record_fields=fields, containment=req.backend, containment_why=req.why,
+        record_fields=fields, containment=req.backend, containment_why=req.why, cache_env=cache.added,
         launch_secrets=_last_good.launch_secrets(p["api_key"] or None, pf.args, pf.env, req.inputs))
     return _launcher.spawn(spec)
 

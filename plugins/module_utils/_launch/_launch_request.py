@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _compile_cache
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _outputdirs
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _preflight
 
@@ -28,6 +29,7 @@ class Preflight:
     flags: Any = None
     model_path: str = ""
     output_dirs: List[_outputdirs.OutputDir] = field(default_factory=list)
+    compile_cache: Optional[_compile_cache.Plan] = None
 
 
 @dataclass(frozen=True)

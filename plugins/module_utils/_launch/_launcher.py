@@ -72,6 +72,9 @@ class LaunchSpec:
     # process), and why it was picked (kept in the record).
     containment: str = "none"
     containment_why: str = ""
+    # The compile/JIT cache variables the collection adds (_compile_cache.Plan.added): set in the
+    # server's environment wherever the operator's env does not set them.
+    cache_env: Dict[str, str] = field(default_factory=dict)
     # The values the record masks (_last_good.launch_secrets), kept in <name>.secrets for a
     # promotion to last good; None writes no file.
     launch_secrets: Optional[Dict[str, Any]] = None
@@ -178,9 +181,12 @@ def _merge_no_proxy(value: Optional[str]) -> str:
 
 
 def build_env(python: str, venv: Optional[str], user_env: Mapping[str, str], markers: Mapping[str, str],
-              tmpdir: str, inherited: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+              tmpdir: str, inherited: Optional[Mapping[str, str]] = None,
+              caches: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The server's whole environment, built explicitly: nothing from the ansible task leaks in
-    (no proxies unless the operator sets them, no PYTHONPATH, no activated-venv leftovers)."""
+    (no proxies unless the operator sets them, no PYTHONPATH, no activated-venv leftovers).
+    `caches`: the persistent compile/JIT cache variables, outside the per-launch TMPDIR (which
+    the teardown removes), each only where the operator's env does not set it."""
     inherited = os.environ if inherited is None else inherited
     bin_dir = os.path.join(venv, "bin") if venv else os.path.dirname(python)
     env: Dict[str, str] = {k: inherited[k] for k in _PASS_THROUGH if inherited.get(k)}
@@ -197,6 +203,9 @@ def build_env(python: str, venv: Optional[str], user_env: Mapping[str, str], mar
     env["SGLANG_LOG_MS"] = "1"
     env.update(markers)
     env.update({k: str(v) for k, v in user_env.items()})
+    for key, value in (caches or {}).items():
+        if key not in user_env:  # the operator's own value wins
+            env[key] = value
     # Warmup talks HTTP to localhost: a proxy must never see it (after env, which may add more).
     merged = _merge_no_proxy(env.get("no_proxy") or env.get("NO_PROXY"))
     env["no_proxy"] = env["NO_PROXY"] = merged
@@ -424,7 +433,7 @@ def _spawn(spec: LaunchSpec, tmpdir: str, exit_path: str, contained: Dict[str, A
     launch_id = uuid.uuid4().hex
     markers = {_procs.MARKER_INSTANCE: spec.name, _procs.MARKER_LAUNCH_ID: launch_id,
                _procs.MARKER_STATE_DIR: spec.state_dir}
-    env = build_env(spec.python, spec.venv, spec.env, markers, tmpdir)
+    env = build_env(spec.python, spec.venv, spec.env, markers, tmpdir, caches=spec.cache_env)
     now = time.time()
     log_path, log_fd = open_launch_log(spec.log_dir, spec.name, now)
     try:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _compile_cache
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _diagnosis
 from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe_report
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
@@ -344,6 +345,8 @@ def _host_view(p: Dict[str, Any], result: Dict[str, Any], table: Optional[Tuple[
     procs, servers = table if table is not None else ({}, [])
     full_records: List[Dict[str, Any]] = []
     result["records"] = read_records(state_dir, unavailable, full_records) if os.path.isdir(state_dir) else []
+    # where each compile/JIT cache of the instances lives and how big it is (a bounded walk)
+    result["compile_caches"] = _compile_cache.for_records(full_records)
     result["containment"] = host_containment()
     diagnosis["containment"] = []
     if table is not None and result["servers"]:

@@ -98,8 +98,11 @@ PHASES: Tuple[Tuple[str, str], ...] = (
     ("weight load end", r"Load weight end"),
     ("kv cache", r"KV Cache is allocated"),
     ("memory pool", r"Memory pool end"),
-    ("cuda graph begin", r"Capture cuda graph begin"),
-    ("cuda graph end", r"Capture cuda graph end"),
+    # 0.5.6 cuda_graph_runner.py `Capture cuda graph begin.`; 0.5.23
+    # model_runner_components/cuda_graph_setup.py f"Capture {capture_name} CUDA graph begin. "
+    # (`Capture target decode CUDA graph begin.`), and the same for `end`
+    ("cuda graph begin", r"Capture (?:cuda graph|[\w ]+ CUDA graph) begin"),
+    ("cuda graph end", r"Capture (?:cuda graph|[\w ]+ CUDA graph) end"),
     ("http up", r"Uvicorn running on"),
     ("warmup", r"\"POST /generate HTTP|[Ww]armup (?:begin|start)"),
 )

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _compile_cache
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import Scope, build_scope
@@ -24,6 +25,7 @@ class Request:
     """A validated teardown: what it selects and how it signals, waits and cleans up."""
     scope: Scope
     opts: _teardown.Options
+    clear_cache: bool = False   # empty the compile cache once the server is proven gone
 
     @property
     def lock_timeout(self) -> float:
@@ -49,7 +51,35 @@ def prepare(p: Mapping[str, Any], name: Optional[str], state_dir: str, gpu_backe
                              shm_dir=p["shm_dir"], purge_paths=[os.path.normpath(x) for x in p["purge_paths"]],
                              gpu_backend=gpu_backend, takeover=list(p.get("takeover") or []))
     _teardown.validate_options(opts, state_dir)
-    return Request(scope=scope, opts=opts)
+    return Request(scope=scope, opts=opts, clear_cache=bool(p.get("clear_cache")))
+
+
+def cache_to_clear(record: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """The collection's compile cache the instance's launch used (its record's `compile_cache`),
+    else this user's default one; None when the operator's env named it (theirs to keep)."""
+    cache = record.get("compile_cache") if isinstance(record, Mapping) else None
+    if isinstance(cache, Mapping) and "dir" in cache:
+        return cache["dir"] if isinstance(cache["dir"], str) else None
+    return _compile_cache.default_dir()
+
+
+def _refuse_unsafe_cache(record: Optional[Mapping[str, Any]]) -> None:
+    path = cache_to_clear(record)
+    why = _compile_cache.problem(path) if path and os.path.lexists(path) else None  # missing: nothing to clear
+    if why:
+        raise SglangError("clear_cache refused before anything was stopped: %s" % why, reason="unsafe_dir", path=path)
+
+
+def clear_cache(record: Optional[Mapping[str, Any]], check_mode: bool) -> Dict[str, Any]:
+    """`clear_cache`: the compile cache emptied (measured only in check mode), after the teardown
+    proved the server gone. Never done otherwise: the cache survives every teardown."""
+    path = cache_to_clear(record)
+    if path is None:
+        return {"dir": None, "cleared": False, "msg": "the launch's env set SGLANG_CACHE_DIR: the operator's, kept"}
+    try:
+        return _compile_cache.clear(path, check_mode=check_mode)
+    except SglangError as exc:  # checked before the teardown; a change since then: said, not raised
+        return {"dir": path, "cleared": False, "errors": [exc.msg]}
 
 
 def run(req: Request, check_mode: bool, diff: bool, warn: Callable[[str], None]) -> Dict[str, Any]:
@@ -60,6 +90,8 @@ def run(req: Request, check_mode: bool, diff: bool, warn: Callable[[str], None])
     plan = _teardown.make_plan(req.scope, req.opts, check_mode=check_mode)
     try:
         _teardown.check_preconditions(plan, req.opts.takeover)
+        if req.clear_cache:  # an unsafe cache dir refuses before anything is stopped
+            _refuse_unsafe_cache(plan.record)
         plan_s = round(time.monotonic() - start, 3)
         for text in _teardown.purge_warnings(plan, check_mode):
             warn(text)
@@ -76,6 +108,10 @@ def run(req: Request, check_mode: bool, diff: bool, warn: Callable[[str], None])
                         exc.details["diff"] = _teardown.diff_of(plan, exc.details)
                 raise
             result["timings"] = dict(plan=plan_s, **result["timings"])
+        if req.clear_cache:
+            cleared = result["compile_cache_cleared"] = clear_cache(plan.record, check_mode)
+            if cleared.get("entries"):
+                result["changed"] = True
         if diff:
             result["diff"] = _teardown.diff_of(plan, result)
         return result

@@ -193,6 +193,7 @@ class ServerArgs:
         "Disable cuda graph when padding is needed. Still uses cuda graph when padding is not needed.",
     ))
     enable_torch_compile: bool = field(**_arg(False, "Optimize the model with torch.compile. Experimental feature."))
+    torch_compile_max_bs: int = field(**_arg(32, "Set the maximum batch size when using torch compile."))
     disable_custom_all_reduce: bool = field(**_arg(
         False, "Disable the custom all-reduce kernel and fall back to NCCL."
     ))

@@ -15,6 +15,7 @@ from sglang.srt.emulator_control import (
     benign_warnings, gpu_mib, has_fault, leak_shm_files, log_version, phase_sleep_for,
 )
 from sglang.srt.model_executor.cuda_graph_runner import batch_sizes_to_capture, capture
+from sglang.srt.model_executor import torch_compile
 from sglang.srt.model_loader.loader import architecture, load_weights
 from sglang.srt.server_args import ServerArgs, configure_logger
 from sglang.srt.utils import set_process_title, set_prctl_pdeathsig
@@ -194,7 +195,10 @@ def _capture_cuda_graphs(server_args: ServerArgs, rank: RankInfo, gpu: Optional[
         logger.info("Capture cuda graph begin. This can take up to several minutes. "
                     "avail mem=%.2f GB", avail)
     tic = time.perf_counter()
-    after = capture(capture_bs, rank.tp_rank == 0, avail, _GRAPH_MEM_GB)
+    compiled = torch_compile.prepare(server_args.enable_torch_compile, server_args.torch_compile_max_bs,
+                                     gpu.device if gpu else None)
+    after = capture(capture_bs, rank.tp_rank == 0, avail, _GRAPH_MEM_GB, compiled)
+    torch_compile.log_summary(compiled)
     if new_wording:
         logger.info("Capture target decode CUDA graph end. bs=%s, elapsed=%.2f s, "
                     "mem usage=%.2f GB, avail mem=%.2f GB.",

@@ -2,7 +2,7 @@
 the tqdm bar TP rank 0 prints while capturing them (largest first, one redraw per batch size)."""
 
 import time
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from sglang.srt.emulator_control import phase_time
 from sglang.srt.server_args import ServerArgs
@@ -51,16 +51,20 @@ def batch_sizes_to_capture(server_args: ServerArgs, gpu_mem_mib: Optional[float]
     return sorted({bs for bs in capture_bs if 0 < bs <= max_num_reqs})
 
 
-def capture(capture_bs: List[int], show_bar: bool, avail_mem: float, mem_usage: float) -> float:
+def capture(capture_bs: List[int], show_bar: bool, avail_mem: float, mem_usage: float,
+            compiled: Optional[Any] = None) -> float:
     """Walk the batch sizes in reverse (as CudaGraphRunner.capture) under SGLang's bar; returns
     the free memory left. Each size takes SGLANG_EMULATOR_GRAPH_BS_SECONDS (default: its share
-    of the phase time) and a share of `mem_usage`."""
+    of the phase time) and a share of `mem_usage`; with `--enable-torch-compile` (`compiled`,
+    torch_compile.Compiled) each size up to --torch-compile-max-bs is compiled first, for real."""
     step = mem_usage / max(1, len(capture_bs))
     sizes = list(reversed(capture_bs))
     capture_range = tqdm(sizes) if show_bar else sizes
     for bs in capture_range:
         if show_bar:
             capture_range.set_description(f"Capturing batches ({bs=} {avail_mem=:.2f} GB)")
+        if compiled is not None:
+            compiled.run(bs)
         time.sleep(phase_time("GRAPH_BS", 1.0 / max(1, len(sizes))))
         avail_mem -= step
     return avail_mem
