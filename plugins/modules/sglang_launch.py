@@ -601,8 +601,11 @@ pid:
   type: int
   sample: 123456
 output_dirs_created:
-  description: The O(output_dirs) created by this launch (missing before it).
-  returned: when a server was started
+  description:
+    - The O(output_dirs) created by this launch (missing before it). With O(teardown) they are created under the
+      instance lock before anything is stopped (a name another user took during the teardown would leave the host
+      without a server); after the teardown every one is judged again.
+  returned: when a server was started, or a teardown ran
   type: list
   elements: str
   sample: [/dev/shm/sglang_hs]

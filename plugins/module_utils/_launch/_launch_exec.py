@@ -473,6 +473,10 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
             if damaged is not None:
                 partial["record_damaged"] = damaged
             prev = _previous_exit_now(req)
+            if stop is not None and not check_mode and not req.pf.report.errors:
+                # made before the old server stops: a name another user takes during the teardown
+                # would leave the host without a server (refused after it, unsafe_dir)
+                partial["output_dirs_created"] = _outputdirs.create(req.pf.output_dirs)
             decision = _launch_plan.decide(facts_for(req, stop, check_mode, diff, warn, partial))
             partial = result = outcome(partial, req.pf.report, decision, diff)
             if prev is not None:
@@ -484,7 +488,8 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
             if decision.action == _launch_plan.REFUSE:
                 raise SglangError(decision.failure or decision.message, reason=decision.reason)
             if decision.action == _launch_plan.LAUNCH and not check_mode:
-                result["output_dirs_created"] = _outputdirs.create(req.pf.output_dirs)
+                made = _outputdirs.create(req.pf.output_dirs)  # re-judged: made before, or missing till now
+                result["output_dirs_created"] = sorted(set(result.get("output_dirs_created") or []) | set(made))
                 launched = spawn(req)
                 result.update(pid=launched["pid"], log_path=launched["log_path"], record=launched,
                               containment=_launch_plan.record_containment(launched))
