@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _cliargs
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _code_identity
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _model_identity
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
@@ -64,6 +66,7 @@ class Request:
     fingerprint: Optional[str]
     inputs: Optional[Dict[str, Any]]
     secrets: List[str]
+    identity: Optional[Dict[str, Any]] = None    # {code: CodeIdentity, model: dict|None}: what is on disk now
 
 
 def preflight(p: Mapping[str, Any], dirs: Mapping[str, str], check_mode: bool) -> Preflight:
@@ -99,6 +102,7 @@ def preflight(p: Mapping[str, Any], dirs: Mapping[str, str], check_mode: bool) -
     else:
         report.skip("sglang", "sglang not checked: no usable interpreter")
     pf.model_path = _preflight.check_model_path(report, p["model_path"])
+    _preflight.check_identity_paths(report, p.get("identity_paths"))
     if pf.tp_size is not None:
         _preflight.check_gpus(report, pf.tp_size, p["gpu_backend"], pf.env, pf.args, p["gpu_check"])
     return pf
@@ -108,6 +112,26 @@ def _fingerprint_interpreter(path: str) -> str:
     """The venv's interpreter with its directory resolved. Not the file's realpath: every venv's
     bin/python resolves to the same base interpreter, so that would hide a venv change."""
     return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def read_identity(p: Mapping[str, Any], pf: Preflight) -> Optional[Dict[str, Any]]:
+    """The code and model identity of the requested server as they are on disk now (kept in
+    its record; compared with the running server's by the plan). Stats only, no content read."""
+    interp = pf.interp
+    if interp is None or not interp.sglang_installed:
+        return None
+    try:
+        code = _code_identity.build(interp.sglang_location, pf.env, interp.venv if interp.is_venv else None,
+                                    p.get("identity_paths") or ())
+    except OSError as exc:
+        code = _code_identity.CodeIdentity(package=interp.sglang_location, source="unknown",
+                                           error="cannot read the sglang package: %s" % (exc.strerror or exc))
+    try:
+        model = _model_identity.build(pf.model_path)
+    except OSError as exc:
+        model = {"version": _model_identity.VERSION, "path": pf.model_path, "files": {},
+                 "error": "cannot read the model: %s" % (exc.strerror or exc)}
+    return {"code": code, "model": model}
 
 
 def prepare(p: Mapping[str, Any], check_mode: bool) -> Request:
@@ -132,7 +156,8 @@ def prepare(p: Mapping[str, Any], check_mode: bool) -> Request:
         fp = _cliargs.fingerprint(hashed)
     return Request(params=p, name=name, state_dir=state_dir, log_dir=log_dir, backend=backend, why=why, pf=pf,
                    argv=argv, fingerprint=fp, inputs=inputs,
-                   secrets=_cliargs.argv_secrets(api_key, pf.args, pf.env))
+                   secrets=_cliargs.argv_secrets(api_key, pf.args, pf.env),
+                   identity=read_identity(p, pf) if fp is not None and not pf.report.errors else None)
 
 
 def base_result(req: Request) -> Dict[str, Any]:
@@ -145,6 +170,9 @@ def base_result(req: Request) -> Dict[str, Any]:
     if req.fingerprint is not None:
         result.update(fingerprint=req.fingerprint, fingerprint_inputs=req.inputs,
                       argv=_redact.redact_argv(req.argv, _cliargs.secret_arg_flags(req.pf.args)))
+    if req.identity is not None:
+        result["identity"] = {"code": req.identity["code"].summary(),
+                              "model": _model_identity.summary(req.identity["model"])}
     return result
 
 
@@ -187,7 +215,8 @@ def gather(req: Request, check_mode: bool) -> _launch_plan.Facts:
     facts = _launch_plan.Facts(
         name=req.name, host=p["host"], port=req.pf.port, check_mode=check_mode, fingerprint=req.fingerprint,
         inputs=req.inputs, record=record, running=running, port_state=port_state, holders=tuple(holders),
-        preflight_errors=tuple(report.errors), preflight_reason=report.reason())
+        preflight_errors=tuple(report.errors), preflight_reason=report.reason(),
+        identity=req.identity, ignore_changes=tuple(p.get("ignore_changes") or ()))
     if record is not None and _launch_plan.wants_probe(facts):
         facts = dataclasses.replace(facts, probe=_unanswered(record, p["host"], p["probe_timeout"]))
     if _launch_plan.wants_containment_check(facts):
@@ -234,6 +263,8 @@ def spawn(req: Request) -> Dict[str, Any]:
         "nnodes": _int(pf.args.get("--nnodes"), 1), "node_rank": _int(pf.args.get("--node-rank"), 0),
         "expect": _cliargs.expected_server_info(pf.model_path, pf.tp_size, pf.port, pf.args),
     }
+    if req.identity is not None:  # what this server imports and loads, for the next plan to compare
+        fields.update(code_identity=req.identity["code"].record(), model_identity=req.identity["model"])
     spec = _launcher.LaunchSpec(
         name=req.name, state_dir=req.state_dir, log_dir=req.log_dir, python=interp.path,
         venv=interp.venv if interp.is_venv else None, argv=req.argv, env=pf.env,

@@ -283,6 +283,21 @@ def check_model_path(report: Report, model_path: str) -> str:
     return path
 
 
+def check_identity_paths(report: Report, paths: Optional[List[str]]) -> None:
+    """Each path the operator names as part of the server's code (identity_paths) exists: a
+    misspelt one would count nothing, silently."""
+    bad = []
+    for path in paths or []:
+        if not isinstance(path, str) or not os.path.isabs(path):
+            bad.append("identity_paths: %r must be an absolute path" % (path,))
+        elif not os.path.exists(path):
+            bad.append("identity_paths: %s does not exist" % path)
+    for msg in bad:
+        report.fail("identity_paths", msg)
+    if paths and not bad:
+        report.ok("identity_paths", "%d path(s) count as the server's code" % len(paths))
+
+
 def _visible(gpus: List[_gpus.Gpu], env: Mapping[str, str]) -> Tuple[int, List[str]]:
     """(GPUs CUDA will show the server, entries of CUDA_VISIBLE_DEVICES naming no GPU here).
     CUDA stops at the first entry that names no device, so only the entries before it count."""
