@@ -222,3 +222,28 @@ def test_a_model_symlink_pointed_elsewhere_is_a_change(tmp_path):
     (["a"], "a"), (["a", "b"], "a (+1 file)"), (["a", "b", "c"], "a (+2 files)")])
 def test_describe(paths, text):
     assert fid.describe(paths) == text
+
+
+def test_the_probe_says_a_live_server_was_patched_after_start(tmp_path):
+    from ansible_collections.llmops.sglang.plugins.module_utils._probe import _patched
+
+    pkg = _package(tmp_path)
+    model = _model(tmp_path)
+    kept = {"launch_id": "L1", "pid": 4242, "code_identity": ci.build(pkg, {}).record(),
+            "model_identity": mi.build(model)}
+    row = {"launch_id": "L1", "name": "serving", "pid": 4242, "alive": True}
+    assert _patched.mark([row], [kept]) == [] and row["patched_after_start"] is False
+    with open(os.path.join(pkg, "srt", "models", "deepseek_v2.py"), "a") as fh:
+        fh.write("# patched\n")
+    _bump(os.path.join(model, "model-00003-of-00004.safetensors"))
+    lines = _patched.mark([row], [kept])
+    said = row["patched_after_start"]
+    assert said["code"] == "sglang code changed since pid 4242 started: srt/models/deepseek_v2.py"
+    assert said["model"] == "model weights changed: model-00003-of-00004.safetensors"
+    assert lines == ["instance serving (pid 4242) was patched after start: %s; %s; the running server still runs "
+                     "what it loaded then - restart it to load what is on disk" % (said["code"], said["model"])]
+    # a launch from before identities were kept: unknown; a dead server: not judged
+    old = {"launch_id": "L2", "pid": 5151}
+    rows = [{"launch_id": "L2", "pid": 5151, "alive": True}, {"launch_id": "L1", "pid": 4242, "alive": False}]
+    assert _patched.mark(rows, [old, kept]) == []
+    assert rows[0]["patched_after_start"] is None and "patched_after_start" not in rows[1]

@@ -35,7 +35,9 @@ def _entry(st: os.stat_result) -> Entry:
 def walk(root: str) -> Listing:
     """The listing of `root` (a directory, or one file as ""). A root that does not exist is an
     empty listing; a part that cannot be read is one UNREADABLE entry (`dir/`), so losing access
-    reads as a change rather than as "no files"."""
+    reads as a change rather than as "no files". Each directory is listed through a descriptor
+    and its files are stat'ed relative to it (fstatat: one name resolved per file, not the whole
+    path)."""
     try:
         st = os.stat(root)
     except OSError:
@@ -44,36 +46,52 @@ def walk(root: str) -> Listing:
         return {"": _entry(st)}
     out: Listing = {}
     seen: Set[Tuple[int, int]] = {(st.st_dev, st.st_ino)}
-    stack = [("", root)]
-    while stack:
-        rel, path = stack.pop()
-        try:
-            it = os.scandir(path)
-        except OSError:
-            out[rel + "/"] = (UNREADABLE, 0)
-            continue
-        with it:
-            for e in it:
-                name = e.name
-                sub = rel + "/" + name if rel else name
-                try:
-                    if e.is_dir():  # d_type: no stat unless it is a symlink
-                        if name in SKIP_DIRS:
-                            continue
-                        if e.is_symlink():
-                            dst = e.stat()
-                            key = (dst.st_dev, dst.st_ino)
-                            if key in seen:
-                                continue
-                            seen.add(key)
-                        stack.append((sub, e.path))
-                        continue
-                    if name.endswith(SKIP_SUFFIXES):
-                        continue
-                    out[sub] = _entry(e.stat())
-                except OSError:  # a dangling symlink, or a file gone while listing
-                    out[sub] = (UNREADABLE, 0)
+    flags = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+    try:
+        top = os.open(root, flags)
+    except OSError:
+        return {"/": (UNREADABLE, 0)}
+    stack = [""]  # directories to list, relative to `top` (two descriptors open at most)
+    try:
+        while stack:
+            rel = stack.pop()
+            try:
+                fd = os.open(rel, flags, dir_fd=top) if rel else os.dup(top)
+            except OSError:
+                out[rel + "/"] = (UNREADABLE, 0)
+                continue
+            try:
+                _list(fd, rel, out, stack, seen)
+            except OSError:
+                out[rel + "/"] = (UNREADABLE, 0)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(top)
     return out
+
+
+def _list(fd: int, rel: str, out: Listing, stack: List[str], seen: Set[Tuple[int, int]]) -> None:
+    """One directory (`fd`): its files into `out`, its directories onto `stack`."""
+    with os.scandir(fd) as it:
+        for e in it:
+            name = e.name
+            sub = rel + "/" + name if rel else name
+            try:
+                if e.is_dir():  # d_type: no stat unless it is a symlink
+                    if name in SKIP_DIRS:
+                        continue
+                    if e.is_symlink():
+                        dst = e.stat()
+                        if (dst.st_dev, dst.st_ino) in seen:
+                            continue
+                        seen.add((dst.st_dev, dst.st_ino))
+                    stack.append(sub)
+                    continue
+                if not name.endswith(SKIP_SUFFIXES):
+                    out[sub] = _entry(e.stat())  # fstatat(fd, name)
+            except OSError:  # a dangling symlink, or a file gone while listing
+                out[sub] = (UNREADABLE, 0)
 
 
 def digest(listing: Listing) -> str:

@@ -102,6 +102,8 @@ def preflight(p: Mapping[str, Any], dirs: Mapping[str, str], check_mode: bool) -
     else:
         report.skip("sglang", "sglang not checked: no usable interpreter")
     pf.model_path = _preflight.check_model_path(report, p["model_path"])
+    _preflight.check_shm(report, pf.tp_size, p.get("shm_min_free_mb"),
+                         [d.path for d in pf.output_dirs if getattr(d, "reclaimable", False)])
     _preflight.check_identity_paths(report, p.get("identity_paths"))
     if pf.tp_size is not None:
         _preflight.check_gpus(report, pf.tp_size, p["gpu_backend"], pf.env, pf.args, p["gpu_check"])

@@ -194,6 +194,16 @@ def read_records(state_dir: str, unavailable: List[str],
     return out
 
 
+def patched_after_start(records: List[Dict[str, Any]], full: List[Dict[str, Any]]) -> List[str]:
+    """Live servers whose code or model files on disk differ from what they loaded (_patched):
+    imported only when a live record is there to compare."""
+    if not any(r.get("alive") for r in records):
+        return []
+    from ansible_collections.llmops.sglang.plugins.module_utils._probe import _patched
+
+    return _patched.mark(records, full)
+
+
 def _alive(records: List[Dict[str, Any]]) -> None:
     from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
@@ -346,6 +356,8 @@ def _host_view(p: Dict[str, Any], result: Dict[str, Any], table: Optional[Tuple[
     procs, servers = table if table is not None else ({}, [])
     full_records: List[Dict[str, Any]] = []
     result["records"] = read_records(state_dir, unavailable, full_records) if os.path.isdir(state_dir) else []
+    diagnosis["patched"] = readable(unavailable, "launch records' code and model files",
+                                    lambda: patched_after_start(result["records"], full_records), [])
     result["containment"] = host_containment()
     diagnosis["containment"] = []
     if table is not None and result["servers"]:
@@ -397,7 +409,7 @@ def run(p: Dict[str, Any], warn: Warn) -> Tuple[Dict[str, Any], Optional[SglangE
         result["servers"] = servers_by_command_line(now)
         result["diagnosis"] += _diagnosis.partial_servers(result["servers"])
     host = _host_view(p, result, table, state_dir, server_user, now, warn)
-    result["diagnosis"] += host["containment"]
+    result["diagnosis"] += host["containment"] + host["patched"]
     interp: Any = None
     if resolving is not None:
         try:
