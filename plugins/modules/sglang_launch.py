@@ -183,6 +183,18 @@ options:
         are not checked). Below it the preflight fails with RV(reason) V(no_space).
     type: int
     default: 1000
+  shm_min_free_mb:
+    description:
+      - MiB that must be free in C(/dev/shm) for the new server, checked in the preflight - before a
+        restart stops anything. SGLang, torch and NCCL create their shared-memory segments there; a
+        full C(/dev/shm) kills the new server (and then the rollback) with C(No space left on
+        device) once the old one is gone. The files of a O(output_dirs) entry there that is
+        C(reclaimable) count as free. A refusal (RV(reason) V(no_space)) names the largest entries
+        with their owners and the processes holding them (names and sizes only).
+      - Default (null) - 128 + 16 per O(tp_size) rank (256 for tp 8) - a floor that catches a full or
+        tiny C(/dev/shm) (a container's 64 MiB default), not a sizing guide. V(0) turns the check off.
+    type: float
+    version_added: "0.6.0"
   ignore_changes:
     description:
       - Changes on disk since the running server started that do B(not) make the plan replace it -
@@ -515,7 +527,7 @@ reason:
       here; nothing was done), V(unsafe_cgroup) (the instance cgroup exists owned by another user,
       or is not a directory), V(containment_failed) (the supervisor or the server did not end up in
       the instance cgroup; the launch was stopped), V(missing_library) (psutil or requests not importable, see RV(interpreter_with_libraries)),
-      V(no_space) (below O(min_free_mb) or O(min_free_inodes)), V(preflight_failed)
+      V(no_space) (below O(min_free_mb) or O(min_free_inodes), or C(/dev/shm) below O(shm_min_free_mb)), V(preflight_failed)
       (several kinds of preflight failure), and the reasons of the step that failed - V(bad_name),
       V(unsafe_dir), V(locked), V(lock_failed), V(spawn_failed), V(spawn_timeout), V(died), V(io_error), ... -
       taken from where the error was raised.
@@ -583,9 +595,10 @@ changes:
     - What differs from the running server, one entry per key (C(args.reasoning-parser), ...) with
       C(before) and C(after).
     - For V(code_changed) and V(model_changed) one entry per kind, C(key) V(code) or V(model), with
-      C(message) (for example V(sglang code changed since pid 4242 started: srt/models/deepseek_v2.py (+1 file))
-      or V(model weights changed: model-00003-of-00064.safetensors)), C(files) (C(modified), C(added),
-      C(removed): paths relative to the package or the model directory, at most 50 each) and C(count).
+      C(message) (the sentence the decision says - C(sglang code changed since pid 4242 started) or C(model
+      weights changed), then the first file and how many more, e.g. C(srt/models/deepseek_v2.py (+1 file))),
+      C(files) (C(modified), C(added),
+      C(removed) - paths relative to the package or the model directory, at most 50 each) and C(count).
   returned: when reason is config_changed, code_changed or model_changed
   type: list
   elements: dict
@@ -765,6 +778,7 @@ def main() -> None:
             foreign_port_holders=dict(type="str", default="fail", choices=list(_preflight.FOREIGN_POLICIES)),
             min_free_mb=dict(type="float", default=100),
             min_free_inodes=dict(type="int", default=1000),
+            shm_min_free_mb=dict(type="float"),
             ignore_changes=dict(type="list", elements="str", default=[], choices=["code", "model"]),
             identity_paths=dict(type="list", elements="path", default=[]),
             output_dirs=dict(type="list", elements="dict", default=[], options=dict(

@@ -304,10 +304,9 @@ records:
       (null when the process table could not be read).
     - For a live server, C(patched_after_start) - V(false) when the sglang code it imports and the
       model files it loaded are on disk as they were when it started; else C(code) and C(model),
-      each the sentence naming what differs (for example V(sglang code changed since pid 4242
-      started: srt/models/deepseek_v2.py (+1 file)), V(model weights changed:
-      model-00003-of-00064.safetensors)) or null, with C(code_files) / C(model_files)
-      (C(modified), C(added), C(removed)); null when its launch record is from before code and
+      each the sentence naming what differs (C(sglang code changed since pid 4242 started) or
+      C(model weights changed), then the first file and how many more) or null, with C(code_files)
+      and C(model_files) (C(modified), C(added), C(removed)); null when its launch record is from before code and
       model identities were kept (unknown). RV(diagnosis) says it in one line per server. Each
       file is compared by relative path, size and mtime; nothing is read.
   returned: always

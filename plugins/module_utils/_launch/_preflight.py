@@ -30,10 +30,11 @@ _MARKERS = (_procs.MARKER_INSTANCE, _procs.MARKER_LAUNCH_ID, _procs.MARKER_STATE
 # Checks whose failure has a reason code of its own (when they are the only failures).
 _REASONS = {"space": "no_space", "shm": "no_space", "port_free": "port_busy", "port_holders": "port_busy",
             "dir_safety": "unsafe_dir"}
-# /dev/shm a new server needs free by default: SGLang's shared-memory segments, torch's tensors
-# between processes and NCCL's intra-node buffers grow with the ranks (docs/real-sglang.md).
-SHM_BASE_MB = 512.0
-SHM_PER_RANK_MB = 128.0
+# /dev/shm a new server needs free by default: a floor that catches a full or tiny /dev/shm (a
+# container's 64 MiB default) before anything is stopped, not a sizing guide - SGLang's segments,
+# torch's tensors between processes and NCCL's intra-node buffers grow with the ranks and the load.
+SHM_BASE_MB = 128.0
+SHM_PER_RANK_MB = 16.0
 
 
 @dataclass
@@ -512,10 +513,10 @@ def _num(value: float) -> str:
 
 
 def shm_floor(tp_size: Optional[int], asked: Optional[float]) -> float:
-    """MiB of /dev/shm a launch needs free: `asked`, else 512 + 128 per tensor-parallel rank."""
+    """MiB of /dev/shm a launch needs free: `asked`, else 128 + 16 per tensor-parallel rank."""
     if asked is not None:
         return float(asked)
-    return max(SHM_BASE_MB, SHM_PER_RANK_MB * (tp_size or 1))
+    return SHM_BASE_MB + SHM_PER_RANK_MB * (tp_size or 1)
 
 
 def _mib(count: float) -> str:
@@ -566,7 +567,7 @@ def check_shm(report: Report, tp_size: Optional[int], asked: Optional[float], re
                 "would fail with `No space left on device` after the old server is stopped; nothing was stopped. "
                 "Largest: %s. Remove what no server needs (sglang_teardown removes sglang's own leftovers that no "
                 "live process holds), or lower shm_min_free_mb"
-                % (shm_dir, _mib(mib), _mib(floor), tp_size, "" if asked is not None else ", default 512 + 128 per rank",
+                % (shm_dir, _mib(mib), _mib(floor), tp_size, "" if asked is not None else ", default 128 + 16 per rank",
                    "; ".join(names) or "nothing to name (the room is taken by files this user cannot see)"))
 
 
