@@ -6,6 +6,7 @@ instead of fixing them one launch at a time.
 """
 from __future__ import annotations
 
+import glob
 import os
 import re
 from dataclasses import dataclass, field
@@ -330,7 +331,16 @@ def check_gpus(report: Report, tp_size: int, backend: str, env: Mapping[str, str
         return
     gpu_report = _gpus.query_gpus(backend)
     if gpu_report.backend == "none":
-        report.note("gpus", "GPUs not checked: %s" % (gpu_report.note or "no GPU backend"))
+        if _gpu_backend(backend) == "none":  # the operator turned the reading off
+            report.note("gpus", "GPUs not checked: %s" % (gpu_report.note or "no GPU backend"))
+            return
+        # The check is on but nothing can answer it: refused here, before a restart stops the old
+        # server for a tp_size this host may not have.
+        devices = "" if glob.glob("/dev/nvidia[0-9]*") else "; no /dev/nvidia* device files"
+        report.fail("gpus", "GPUs cannot be checked (%s%s): tp_size %d needs GPUs that nothing on this host can "
+                    "count (gpu_backend %s); install nvidia-ml-py or nvidia-smi, or set gpu_check: false (emulators, "
+                    "CPU servers) or gpu_backend: none to launch without the check"
+                    % (gpu_report.note or "no GPU backend", devices, tp_size, backend))
         return
     nnodes = _int_or(args.get("--nnodes"), 1)
     base = _int_or(args.get("--base-gpu-id"), 0)
@@ -345,6 +355,11 @@ def check_gpus(report: Report, tp_size: int, backend: str, env: Mapping[str, str
                     % (tp_size, need, nnodes, base, visible, "is" if visible == 1 else "are", gpu_report.backend))
     elif not unknown:
         report.ok("gpus", "%d GPU(s) visible via %s, %d needed" % (visible, gpu_report.backend, need))
+
+
+def _gpu_backend(backend: str) -> str:
+    """The backend a query really uses (`auto` defers to LLMOPS_SGLANG_GPU_BACKEND, as _gpus does)."""
+    return os.environ.get(_gpus.ENV_BACKEND, backend) if backend == "auto" else backend
 
 
 def _int_or(value: Any, default: int) -> int:
