@@ -79,7 +79,8 @@ def judge(res: Dict[str, Any], me: Mapping[str, Any], name: str, ttl: Any, state
     current = res["holder"]
     verdict, why = _lock.judge_holder(current, dict(me))
     seconds = _ttl(ttl)
-    reason = _lock.takeover_reason(verdict, why, float(res.get("age") or 0.0), seconds)
+    reason = _lock.takeover_reason(verdict, why, float(res.get("age") or 0.0), seconds,
+                                   lifetime=_ttl(current.get("lifetime")))  # the holder's own, when longer
     if reason is None:
         res.update(verdict=verdict, msg=_refusal(name, host, res, verdict, why, seconds, state_dir))
         return None

@@ -312,7 +312,8 @@ def operation_lock(req: Request) -> Optional[Dict[str, Any]]:
                           "that holds the lock: call the module as llmops.sglang.sglang_launch", reason="bad_option")
     try:
         return _lock.take(req.state_dir, req.name, holder, takeover=spec.get("takeover"),
-                          takeover_reason=spec.get("takeover_reason"), check_mode=bool(spec.get("check_only")))
+                          takeover_reason=spec.get("takeover_reason"), check_mode=bool(spec.get("check_only")),
+                          lifetime=spec.get("ttl"))  # the run's own lifetime, recorded for other controllers
     except SglangError as exc:
         raise SglangError(exc.msg, **_lock.failure_details(exc.details)) from None
     except OSError as exc:
