@@ -309,6 +309,10 @@ records:
       and C(model_files) (C(modified), C(added), C(removed)); null when its launch record is from before code and
       model identities were kept (unknown). RV(diagnosis) says it in one line per server. Each
       file is compared by relative path, size and mtime; nothing is read.
+    - Only C(<name>.json) files are records; an instance's other files (C(<name>.exit.json), the remembered start
+      C(<name>.timeline.json), a record kept aside as C(<name>.json.damaged-STAMP), ...) never are.
+    - A record that cannot be read is listed with C(path), C(error) and C(reason) (V(record_damaged) for an empty,
+      cut-short or non-object file, V(unsafe_record) for one another user could have written).
   returned: always
   type: list
   elements: dict
