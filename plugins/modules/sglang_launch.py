@@ -272,7 +272,11 @@ options:
     version_added: "0.5.0"
     suboptions:
       ttl:
-        description: Seconds after which a lock whose holder cannot be checked from this controller counts as stale.
+        description:
+          - Seconds after which a lock whose holder cannot be checked from this controller counts as stale.
+          - Also recorded in the lock as this run's own lifetime (C(lifetime)), so another controller takes it
+            over only after the longer of its own ttl and this one, counted from the lock's last refresh. The
+            restart role passes the lifetime of its whole run (the C(llmops.sglang.lock_lifetime) filter).
         type: float
         default: 0
       check_only:

@@ -319,11 +319,13 @@ def _refreshed(current: Dict[str, Any], now: Optional[float] = None) -> Dict[str
     return data
 
 
-def refresh(state_dir: str, name: str, token: str, check_mode: bool = False) -> Dict[str, Any]:
+def refresh(state_dir: str, name: str, token: str, check_mode: bool = False,
+            min_interval: float = 0.0) -> Dict[str, Any]:
     """The holder's sign of life while it waits (readiness, drain): the lock whose token is
     `token` gets `refreshed` = now, so its age - what makes another controller's run take it
-    over - counts from here. Another holder's lock, or none, is left alone. Returns changed,
-    path and the holder now in place (None when the lock is not this token's)."""
+    over - counts from here. Another holder's lock, or none, is left alone; one whose last sign
+    of life is younger than `min_interval` seconds too (a sliced wait calls this every slice).
+    Returns changed, path and the holder now in place (None when the lock is not this token's)."""
     path = lock_path(state_dir, name)
     if not os.path.isdir(state_dir):
         return {"changed": False, "path": path, "holder": None}
@@ -331,6 +333,8 @@ def refresh(state_dir: str, name: str, token: str, check_mode: bool = False) -> 
         current = read_holder(path)
         if current is None or current.get("legacy") or lock_id(current) != token:
             return {"changed": False, "path": path, "holder": None}
+        if min_interval > 0 and lock_age(current) < min_interval:
+            return {"changed": False, "path": path, "holder": current}
         data = _refreshed(current)
         if not check_mode:
             _write_lock(path, data, replace=True)
