@@ -17,8 +17,10 @@ def test_the_restarts_readiness_wait_refreshes_its_lock(tmp_path):
         run = play_runs.play(inv, "restart_extraction.yml", "-vvv")
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-4000:]
-        wait = out[out.index("TASK [llmops.sglang.sglang_restart : Wait until the server is ready"):]
-        wait = wait[:wait.index("\nTASK [")]
+        start = re.search(r"TASK \[[^\]]*: Wait until the server is ready", out)
+        assert start, out[-4000:]
+        wait = out[start.start():]
+        wait = wait[:wait.index("\nTASK [", 1)]
         released = re.search(r"release_lock: ([0-9a-f]{32})\b", wait)
         refreshed = re.search(r"refresh_lock: ([0-9a-f]{32})\b", wait)
         assert released and refreshed and refreshed.group(1) == released.group(1), wait[-3000:]
