@@ -56,14 +56,16 @@ BUDGET_MS = 50.0
 
 def _timed(fn: Callable[[], Any], runs: int) -> Dict[str, float]:
     fn()  # warm: the dentries and inodes of the tree are cached, as a plan right after the preflight finds them
-    times = []
+    times, cpu = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         times.append((time.perf_counter() - t0) * 1000.0)
+        cpu.append((time.process_time() - c0) * 1000.0)
     times.sort()
+    # CPU time too: on a shared machine the wall time also counts the other processes' turns
     return {"median_ms": round(statistics.median(times), 2), "p90_ms": round(times[int(0.9 * (len(times) - 1))], 2),
-            "min_ms": round(times[0], 2), "runs": runs}
+            "min_ms": round(times[0], 2), "cpu_median_ms": round(statistics.median(cpu), 2), "runs": runs}
 
 
 def install(wheel: Optional[str], work: str) -> Tuple[str, str]:
@@ -176,7 +178,8 @@ def run(quick: bool = False, wheel: Optional[str] = None, runs: Optional[int] = 
 
 def _row(name: str, case: Dict[str, Any], model: Optional[Dict[str, Any]] = None) -> List[str]:
     plan = case["plan"]["median_ms"] + (model["plan"]["median_ms"] if model else 0.0)
-    return [name, str(case["files"]), "%.1f ms (p90 %.1f)" % (case["plan"]["median_ms"], case["plan"]["p90_ms"]),
+    return [name, str(case["files"]), "%.1f ms (p90 %.1f, CPU %.1f)" % (case["plan"]["median_ms"], case["plan"]["p90_ms"],
+                                                                      case["plan"].get("cpu_median_ms", 0.0)),
             "%.1f ms" % case["plan_changed"]["median_ms"], "%.1f ms" % case["launch_extra"]["median_ms"],
             "%.0f KiB" % (case["record_bytes"] / 1024.0), "%.1f ms" % plan]
 
@@ -203,12 +206,19 @@ def report(data: Dict[str, Any], out_dir: str = "", fig_prefix: str = "") -> Dic
     text += ["| " + " | ".join(r) + " |" for r in rows]
     git = data["checkout_git"].get("git") or {}
     text += ["", "Named after one patch: `%s` (package), `%s` (model). The checkout's git state: HEAD `%s`, "
-             "modified `%s`." % (pkg["said"], model["said"], str(git.get("head"))[:12], git.get("modified"))]
+             "modified `%s`." % (pkg["said"], model["said"], str(git.get("head"))[:12], git.get("modified")),
+             "", "The wall time counts every other process's turns on a shared machine; CPU is the plan's own "
+             "(the `git status` of a checkout runs in a child process and is not in it). Nearly all of it is the "
+             "one `stat` per file of the package (5771 files in the 0.5.23 wheel); the model directory is a "
+             "few ms. The 50 ms target holds only where a `stat` costs under about 8 us, which this machine "
+             "under load does not give."]
     total = pkg["plan"]["median_ms"] + model["plan"]["median_ms"]
     targets = [{"target": "Code + model identity in the plan at most %d ms (real sglang %s package, 64-shard model)"
                           % (BUDGET_MS, data["version"]), "met": total <= BUDGET_MS,
-                "value": "%.1f ms (package %.1f ms for %d files, model %.2f ms); checkout with git status %.1f ms"
+                "value": "%.1f ms (package %.1f ms for %d files, model %.2f ms; CPU time %.1f ms); checkout with git "
+                         "status %.1f ms"
                          % (total, pkg["plan"]["median_ms"], pkg["files"], model["plan"]["median_ms"],
+                            pkg["plan"].get("cpu_median_ms", 0.0) + model["plan"].get("cpu_median_ms", 0.0),
                             data["checkout_git"]["plan"]["median_ms"] + model["plan"]["median_ms"])}]
     return {"title": "Code and model identity", "markdown": "\n".join(text) + "\n", "targets": targets}
 
