@@ -14,7 +14,7 @@ from ansible_collections.llmops.sglang.plugins.filter.lock_lifetime import lock_
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VARS = {"restart": "__sglang_restart_lock_ttl", "teardown": "__sglang_teardown_lock_ttl",
         "launch": "__sglang_launch_lock_ttl", "multinode": "sglang_mn_lock_ttl",
-        "refresh": "__sglang_ready_refresh_lock"}
+        "refresh": "__sglang_restart_lock_token"}
 
 
 def _defaults(role: str) -> dict:
@@ -22,7 +22,7 @@ def _defaults(role: str) -> dict:
         return yaml.safe_load(fh)
 
 
-def _rendered(tmp_path) -> dict:
+def _rendered(tmp_path, *more: str) -> dict:
     """Each variable as Ansible renders it with the roles' defaults (and the multinode play's vars)."""
     with open(os.path.join(ROOT, "playbooks", "restart_multinode.yml")) as fh:
         plays = yaml.safe_load(fh)
@@ -35,7 +35,7 @@ def _rendered(tmp_path) -> dict:
                  "-e", "@" + os.path.join(ROOT, "roles", role, "vars", "main.yml")]
     msg = "|".join("%s={{ %s }}" % (k, v) for k, v in VARS.items())
     done = subprocess.run(["ansible", "localhost", "-i", "localhost,", "-c", "local", "-e", "@%s" % extra] + args
-                          + ["-m", "ansible.builtin.debug", "-a", "msg=%s" % msg, "-o"],
+                          + list(more) + ["-m", "ansible.builtin.debug", "-a", "msg=%s" % msg, "-o"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     line = done.stdout.split('"msg": "', 1)[1].split('"', 1)[0]
@@ -65,3 +65,5 @@ def test_every_lock_ttl_is_the_lifetime_of_its_run(tmp_path):
     assert float(got["multinode"]) == lock_lifetime({"ready_timeout": 3600, "grace_period": 30, "teardown_timeout": 60,
                                                      "rollback": False})
     assert got["refresh"] == ""  # outside a restart that took the lock: nothing to refresh
+    taken = _rendered(tmp_path, "-e", '{"__sglang_restart_lock": {"reason": "taken", "holder": {"token": "ab12"}}}')
+    assert taken["refresh"] == "ab12"  # the restart's readiness waits refresh the lock its plan took
