@@ -24,11 +24,12 @@ from typing import Dict, List
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
 
-BENCHES = ["readiness", "progress", "teardown", "restart", "probe", "fleet", "prewarm", "containment", "router_roll", "pipelining"]
+BENCHES = ["readiness", "progress", "teardown", "restart", "probe", "fleet", "prewarm", "containment", "router_roll", "pipelining",
+           "identity"]
 MODULES = {"progress": "bench_progress", "router_roll": "bench_router_roll", "prewarm": "bench_prewarm", "containment": "bench_containment",
            "readiness": "bench_readiness", "teardown": "bench_teardown", "restart": "bench_restart",
            "probe": "bench_probe", "fleet": "bench_fleet",
-           "pipelining": "bench_pipelining"}
+           "pipelining": "bench_pipelining", "identity": "bench_identity"}
 
 
 def main(argv: List[str]) -> int:

@@ -184,6 +184,44 @@ options:
         are not checked). Below it the preflight fails with RV(reason) V(no_space).
     type: int
     default: 1000
+  shm_min_free_mb:
+    description:
+      - MiB that must be free in C(/dev/shm) for the new server, checked in the preflight - before a
+        restart stops anything. SGLang, torch and NCCL create their shared-memory segments there; a
+        full C(/dev/shm) kills the new server (and then the rollback) with C(No space left on
+        device) once the old one is gone. The files of a O(output_dirs) entry there that is
+        C(reclaimable) count as free. A refusal (RV(reason) V(no_space)) names the largest entries
+        with their owners and the processes holding them (names and sizes only).
+      - Default (null) - 128 + 16 per O(tp_size) rank (256 for tp 8) - a floor that catches a full or
+        tiny C(/dev/shm) (a container's 64 MiB default), not a sizing guide. V(0) turns the check off.
+    type: float
+    version_added: "0.6.0"
+  ignore_changes:
+    description:
+      - Changes on disk since the running server started that do B(not) make the plan replace it -
+        V(code) (a file of the sglang package the server imports added, removed or changed, or of
+        its source checkout or O(identity_paths)), V(model) (the model directory's config,
+        tokenizer, chat template, weight index or weight files). Such a change is still said, as a
+        warning. Empty (the default) - either change makes a running server of the requested
+        configuration a change, RV(reason) V(code_changed) or V(model_changed).
+      - What counts is each file's relative path, size and mtime (nothing is read); see
+        RV(identity).
+    type: list
+    elements: str
+    choices: [code, model]
+    default: []
+    version_added: "0.6.0"
+  identity_paths:
+    description:
+      - More files or directories that count as the server's code (each file by relative path,
+        size and mtime), for example a patch directory on C(PYTHONPATH) in O(env) or a
+        C(sitecustomize.py). Each must be an absolute path that exists. The sglang package the
+        server imports always counts, and so does a C(PYTHONPATH) entry in O(env) that holds an
+        C(sglang) package.
+    type: list
+    elements: path
+    default: []
+    version_added: "0.6.0"
   output_dirs:
     description:
       - Directories the server writes into besides its log (for example the hidden-state dump
@@ -234,7 +272,11 @@ options:
     version_added: "0.5.0"
     suboptions:
       ttl:
-        description: Seconds after which a lock whose holder cannot be checked from this controller counts as stale.
+        description:
+          - Seconds after which a lock whose holder cannot be checked from this controller counts as stale.
+          - Also recorded in the lock as this run's own lifetime (C(lifetime)), so another controller takes it
+            over only after the longer of its own ttl and this one, counted from the lock's last refresh. The
+            restart role passes the lifetime of its whole run (the C(llmops.sglang.lock_lifetime) filter).
         type: float
         default: 0
       check_only:
@@ -460,7 +502,9 @@ attributes:
         the restart role plans); one that does not answer within O(probe_timeout) as changed with
         RV(reason) V(unresponsive). A port held by an sglang server that is not this instance is
         reported in RV(port_holder) and RV(blockers) with RV(reason) V(port_busy) (changed); a
-        foreign holder fails the plan unless O(foreign_port_holders=kill). An instance cgroup that still
+        foreign holder fails the plan unless O(foreign_port_holders=kill). A running instance of the
+        requested configuration whose sglang code or model files changed on disk since it started is
+        reported as changed with RV(reason) V(code_changed) or V(model_changed) and RV(changes). An instance cgroup that still
         holds processes is reported the same way with RV(reason) V(cgroup_busy). The containment
         backend is chosen and reported (RV(containment)); nothing is created.
   diff_mode:
@@ -468,6 +512,8 @@ attributes:
     description:
       - Before/after fingerprint inputs (secrets masked); the "before" side starts with one
         C(# port holder:) line per other listener on the port, labelled C([foreign]) when it is one.
+        For V(code_changed) and V(model_changed) the "after" side ends with the change's message
+        and one C(#   modified:), C(#   added:) or C(#   removed:) line per file.
 notes:
   - Requires Linux C(/proc). GPUs are counted with NVML (nvidia-ml-py) when importable, else C(nvidia-smi).
   - The server runs under a supervising parent (C(<state_dir>/llmops-sglang-supervisor.py)) that
@@ -547,7 +593,10 @@ reason:
     - V(new) (no record), V(not_running) (recorded server gone), V(running) (same server alive
       and answering, nothing done), V(config_changed) (alive with another fingerprint; check mode
       only, else a failure), V(unresponsive) (alive with the same fingerprint but no HTTP answer
-      within O(probe_timeout); check mode only, else a failure), V(port_busy) (port held by
+      within O(probe_timeout); check mode only, else a failure), V(code_changed) and
+      V(model_changed) (alive with the same fingerprint, but a file of the sglang code it imports,
+      or of its model, was changed, added or removed on disk since it started - RV(changes) names
+      them; check mode only, else a failure; not with O(ignore_changes)), V(port_busy) (port held by
       another sglang server - changed in check mode -, or by a foreign holder - a failure unless
       O(foreign_port_holders=kill)), V(cgroup_busy) (the instance cgroup or unit still holds
       processes of another launch of this name - changed in check mode, else a failure).
@@ -555,7 +604,7 @@ reason:
       here; nothing was done), V(unsafe_cgroup) (the instance cgroup exists owned by another user,
       or is not a directory), V(containment_failed) (the supervisor or the server did not end up in
       the instance cgroup; the launch was stopped), V(missing_library) (psutil or requests not importable, see RV(interpreter_with_libraries)),
-      V(no_space) (below O(min_free_mb) or O(min_free_inodes)), V(preflight_failed)
+      V(no_space) (below O(min_free_mb) or O(min_free_inodes), or C(/dev/shm) below O(shm_min_free_mb)), V(preflight_failed)
       (several kinds of preflight failure), and the reasons of the step that failed - V(bad_name),
       V(unsafe_dir), V(locked), V(lock_failed), V(spawn_failed), V(spawn_timeout), V(died), V(io_error),
       V(no_last_good), V(last_good_unreadable) (O(restore)), ... -
@@ -568,6 +617,24 @@ decision:
   returned: always
   type: str
   sample: "instance 'serving' (pid 4242, stopped (state T)) runs the requested configuration but did not answer /v1/models within 5 s: it must be replaced"
+identity:
+  description:
+    - What the requested server would import and load, as it is on disk now (each file by
+      relative path, size and mtime; no content is read). C(code) - C(package) (the sglang
+      package directory), C(source) (V(installed), V(checkout) - inside a git work tree, through
+      an editable install or a C(PYTHONPATH) entry - or V(directory)), C(files), C(digest),
+      C(roots) (the package and each of O(identity_paths) with its C(files) and C(digest)), C(git)
+      (C(root), C(head), C(branch), C(modified) - the files git reports modified or untracked
+      under the package, or null with C(modified_error) saying why git was not asked). C(model) -
+      C(path) (resolved), C(files), C(weights), C(weight_bytes); null for a hub id.
+    - The launch record keeps the same, with each root's listing, as C(code_identity) and
+      C(model_identity); the plan compares them with a running server's.
+  returned: when the preflight passed
+  type: dict
+  version_added: "0.6.0"
+  sample: {code: {package: /root/ml-env/lib/python3.11/site-packages/sglang, source: installed, files: 5771,
+                  digest: 3f1c0a9e8b7d6c5b4a392817, git: null},
+           model: {path: /models/Kimi-K2.5, files: 72, weights: 64, weight_bytes: 1029734400000}}
 probe:
   description: The HTTP probe of a running server that did not answer - C(endpoint), C(timeout) (of each attempt),
     C(answered) (false), C(status), C(error), C(state) (process state, V(T) when stopped), C(attempts) (how many
@@ -627,8 +694,15 @@ fingerprint_inputs:
   returned: when preflight resolved the interpreter
   type: dict
 changes:
-  description: What differs from the running server, one entry per key (C(args.reasoning-parser), ...).
-  returned: when reason is config_changed
+  description:
+    - What differs from the running server, one entry per key (C(args.reasoning-parser), ...) with
+      C(before) and C(after).
+    - For V(code_changed) and V(model_changed) one entry per kind, C(key) V(code) or V(model), with
+      C(message) (the sentence the decision says - C(sglang code changed since pid 4242 started) or C(model
+      weights changed), then the first file and how many more, e.g. C(srt/models/deepseek_v2.py (+1 file))),
+      C(files) (C(modified), C(added),
+      C(removed) - paths relative to the package or the model directory, at most 50 each) and C(count).
+  returned: when reason is config_changed, code_changed or model_changed
   type: list
   elements: dict
 preflight:
@@ -831,6 +905,9 @@ def main() -> None:
             foreign_port_holders=dict(type="str", default="fail", choices=list(_preflight.FOREIGN_POLICIES)),
             min_free_mb=dict(type="float", default=100),
             min_free_inodes=dict(type="int", default=1000),
+            shm_min_free_mb=dict(type="float"),
+            ignore_changes=dict(type="list", elements="str", default=[], choices=["code", "model"]),
+            identity_paths=dict(type="list", elements="path", default=[]),
             output_dirs=dict(type="list", elements="dict", default=[], options=dict(
                 path=dict(type="path", required=True),
                 min_free_mb=dict(type="float", default=0.0),

@@ -56,6 +56,11 @@ options:
       - Seconds after which a lock whose holder cannot be checked from this controller (another
         controller, nothing recorded) is taken over. The last resort; V(0) never.
       - A holder proven alive is never taken over, whatever the age.
+      - With O(state=present), also the holder's own lifetime, recorded in the lock (C(lifetime)), so
+        another controller takes this lock over only after the longer of its own O(ttl) and this one,
+        counted from the lock's last sign of life (C(refreshed), set by this run taking it again, or
+        M(llmops.sglang.sglang_ready)'s O(llmops.sglang.sglang_ready#module:refresh_lock) while it
+        waits). The roles compute it from every step their run may take (the C(llmops.sglang.lock_lifetime) filter).
     type: float
     default: 0
   force:
@@ -172,7 +177,8 @@ from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import
 def _present(module: AnsibleModule, state_dir: str) -> dict:
     p = module.params
     return _lock.take(state_dir, p["name"], p["holder"], takeover=p["takeover"], takeover_reason=p["takeover_reason"],
-                      check_mode=module.check_mode, diff=module._diff)
+                      check_mode=module.check_mode, diff=module._diff,
+                      lifetime=p["ttl"] or None)  # this run's own lifetime, for other controllers
 
 
 def _absent(module: AnsibleModule, state_dir: str) -> dict:

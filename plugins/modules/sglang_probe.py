@@ -320,6 +320,13 @@ records:
     - Launch records in O(state_dir) - path, name, launch_id, pid, port, log_path, interpreter,
       venv, sglang_version, start_time, containment, cgroup - with C(alive), whether their process is still alive
       (null when the process table could not be read).
+    - For a live server, C(patched_after_start) - V(false) when the sglang code it imports and the
+      model files it loaded are on disk as they were when it started; else C(code) and C(model),
+      each the sentence naming what differs (C(sglang code changed since pid 4242 started) or
+      C(model weights changed), then the first file and how many more) or null, with C(code_files)
+      and C(model_files) (C(modified), C(added), C(removed)); null when its launch record is from before code and
+      model identities were kept (unknown). RV(diagnosis) says it in one line per server. Each
+      file is compared by relative path, size and mtime; nothing is read.
     - Only C(<name>.json) files are records; an instance's other files (C(<name>.exit.json), the remembered start
       C(<name>.timeline.json), a record kept aside as C(<name>.json.damaged-STAMP), ...) never are.
     - A record that cannot be read is listed with C(path), C(error) and C(reason) (V(record_damaged) for an empty,

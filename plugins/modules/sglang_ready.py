@@ -256,9 +256,23 @@ options:
         (C(llmops.sglang.sglang_launch)'s O(llmops.sglang.sglang_launch#module:operation_lock)),
         in this same call instead of a task of its own. Not released when the server is not ready
         (a rollback still needs it). A lock that now has another token is left in place (a warning).
+      - Refreshed while the wait lasts, as with O(refresh_lock).
       - Result in RV(operation_lock_released).
     type: str
     version_added: "0.5.0"
+  refresh_lock:
+    description:
+      - The token (C(holder.token)) of the instance's operation lock to refresh while this wait lasts,
+        without giving it back (a rollback's readiness wait, after which the play releases the lock).
+      - The wait writes the lock's C(refreshed) time at its start and then every 30 s (a sliced wait's
+        slices together), so the lock's age - what lets another controller take it over after the
+        longer of its C(ttl) and the C(lifetime) the holder recorded - counts from the holder's last
+        sign of life, and a live run's lock stays its own however long the wait takes. A lock that now has
+        another token, or none, is left alone. A refresh that cannot be written is a warning, never a
+        failure of the wait. Nothing is written in check mode.
+      - O(release_lock) refreshes its lock the same way.
+    type: str
+    version_added: "0.6.0"
   promote:
     description:
       - Once the server is ready and its O(work) proven (when asked), make THIS launch the instance's last
@@ -591,7 +605,8 @@ progress:
 """
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+import time
+from typing import Any, Callable, Dict, List, Optional
 
 import gc
 
@@ -602,6 +617,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock_refresh
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _logpatterns
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
 from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _readiness
@@ -634,6 +650,7 @@ def argument_spec() -> Dict[str, Any]:
         require_ready_line=dict(type="bool", default=True),
         slice_seconds=dict(type="float"),
         release_lock=dict(type="str", no_log=False),
+        refresh_lock=dict(type="str", no_log=False),
         promote=dict(type="bool", default=False),
         work=dict(type="dict", options=dict(
             kind=dict(type="str", required=True, choices=list(_workproof.KINDS)),
@@ -823,6 +840,17 @@ def _slice_seconds(params: Dict[str, Any]) -> float:
     return value
 
 
+def _wait_sleep(module: AnsibleModule, ctx: Dict[str, Any]) -> Callable[[float], None]:
+    """The wait's sleep: one that refreshes the restart's operation lock while the wait lasts
+    (O(release_lock) or O(refresh_lock)), after a first refresh now; else time.sleep."""
+    token = module.params["release_lock"] or module.params["refresh_lock"]
+    beat = _lock_refresh.heartbeat(ctx.get("state_dir"), ctx.get("name"), token, module.check_mode, module.warn)
+    if beat is None:
+        return time.sleep
+    beat.beat()
+    return beat.sleep
+
+
 def _one_slice(module: AnsibleModule, resume: Dict[str, Any]) -> Dict[str, Any]:
     """One slice of a sliced wait: the final result, or pending with the state to go on."""
     params = module.params
@@ -834,13 +862,13 @@ def _one_slice(module: AnsibleModule, resume: Dict[str, Any]) -> Dict[str, Any]:
         opts = build_options(params, {"expect": ctx.get("expect") or {}, "node_rank": ctx.get("node_rank")},
                              module.check_mode)
         opts = _use_launch_key(module, ctx, opts)
-        step = _readiness.wait_ready_slice(None, opts, resume["state"], seconds)
+        step = _readiness.wait_ready_slice(None, opts, resume["state"], seconds, sleep=_wait_sleep(module, ctx))
     else:
         record = load_record(params)
         opts = build_options(params, record, module.check_mode)
         ctx = _context(params, record, opts)
         opts = _use_launch_key(module, ctx, opts)
-        step = _readiness.wait_ready_slice(record, opts, None, seconds)
+        step = _readiness.wait_ready_slice(record, opts, None, seconds, sleep=_wait_sleep(module, ctx))
     if step.outcome is not None:
         return _finish(module, step.outcome, ctx)
     return dict(step.pending, changed=False, ready=False, pending=True, reason="pending",
@@ -859,7 +887,7 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
         opts = build_options(module.params, record, module.check_mode)
         ctx = _context(module.params, record, opts)
         opts = _use_launch_key(module, ctx, opts)
-        outcome = _readiness.wait_ready(record, opts)
+        outcome = _readiness.wait_ready(record, opts, sleep=_wait_sleep(module, ctx))
         return _finish(module, outcome, ctx)
     except SglangError as exc:  # its reason stays the one set where it was raised
         raise SglangError(exc.msg, **dict(exc.details, ready=False, changed=False))

@@ -55,7 +55,11 @@ def _refusal(name: str, host: str, res: Mapping[str, Any], verdict: str, why: st
         return head + (" Two inventory hosts of this run act on the same instance of one machine;"
                        " give each its own instance name or state_dir.")
     release = "name=%s%s state=absent force=true" % (name, " state_dir=%s" % state_dir if state_dir else "")
-    stale = ("it counts as stale after %d s (ttl)" % ttl) if ttl and ttl > 0 else "no ttl is set"
+    stale = "no ttl is set"
+    if ttl and ttl > 0:
+        after = _lock.stale_after(res.get("holder") or {}, ttl)
+        stale = "it counts as stale after %d s without a refresh (%s)" % (
+            after, "ttl" if after == ttl else "the lifetime its holder recorded")
     return head + (" This controller cannot check whether that run is alive; %s. If it is gone, release"
                    " the lock: ansible %s -m %s -a '%s'" % (stale, host, LOCK_MODULE, release))
 
@@ -79,7 +83,8 @@ def judge(res: Dict[str, Any], me: Mapping[str, Any], name: str, ttl: Any, state
     current = res["holder"]
     verdict, why = _lock.judge_holder(current, dict(me))
     seconds = _ttl(ttl)
-    reason = _lock.takeover_reason(verdict, why, float(res.get("age") or 0.0), seconds)
+    reason = _lock.takeover_reason(verdict, why, float(res.get("age") or 0.0), seconds,
+                                   lifetime=_ttl(current.get("lifetime")))  # the holder's own, when longer
     if reason is None:
         res.update(verdict=verdict, msg=_refusal(name, host, res, verdict, why, seconds, state_dir))
         return None

@@ -29,3 +29,13 @@ def fill(path: str) -> None:
         assert exc.errno == errno.ENOSPC
     finally:
         os.close(fd)
+
+
+def private_shm(options: str, setup: str = "") -> list:
+    """An argv prefix that runs a command in a private mount namespace whose /dev/shm is a new
+    tmpfs (`options`, e.g. "size=64m"), after the shell lines `setup` ran there (fill it, chown a
+    file). The host's /dev/shm is never touched: the mount exists only in that namespace, and
+    is gone with its last process."""
+    script = 'mount -t tmpfs -o mode=1777,%s tmpfs /dev/shm && %s exec "$0" "$@"' % (
+        options, (setup.strip().rstrip(";") + " && ") if setup.strip() else "")
+    return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script]

@@ -17,22 +17,22 @@ def _launch(emulator_python, tmp_path, **args):
     return run_module("sglang_launch", base, check_mode=True, env={"LLMOPS_SGLANG_GPU_BACKEND": "auto"})
 
 
-def test_launch_warns_unchecked_gpus_and_hub_id(emulator_python, tmp_path):
-    # This host has neither NVML nor nvidia-smi: the GPUs (and so tp_size) cannot be checked.
+def test_launch_warns_about_a_hub_id_and_refuses_gpus_it_cannot_check(emulator_python, tmp_path):
+    # This host has neither NVML nor nvidia-smi: with the GPU check on, a check that cannot run
+    # refuses (before a restart stops anything), and the warnings still come with the failure.
     res = _launch(emulator_python, tmp_path, args={"log-level": "warning"}, allow_log_level_warning=True)
-    assert res["_rc"] == 0 and not res.get("failed"), res
+    assert res.get("failed") is True and res["reason"] == "preflight_failed", res
+    assert "GPUs cannot be checked" in res["msg"] and "tp_size 2" in res["msg"], res["msg"]
     warnings = warnings_of(res)
     assert any("org/model" in w and "treated as a hub id" in w for w in warnings), warnings
-    assert any(w.startswith("GPUs not checked") and "tp_size 2 was not checked against the GPUs" in w
-               for w in warnings), warnings
     assert any("hides" in w for w in warnings), warnings  # a preflight warning is a warning too
     assert res["preflight"]["warnings"][0] in warnings
 
 
 def test_launch_warnings_also_come_with_a_failure(emulator_python, tmp_path):
-    res = _launch(emulator_python, tmp_path, port=70000)
+    res = _launch(emulator_python, tmp_path, port=70000, gpu_check=False)
     assert res.get("failed") is True, res
-    assert any(w.startswith("GPUs not checked") for w in warnings_of(res)), res
+    assert any("treated as a hub id" in w for w in warnings_of(res)), res
 
 
 def test_no_gpu_warning_when_the_operator_turned_the_check_off(emulator_python, tmp_path):

@@ -20,7 +20,8 @@ UNSET = object()
 FEEDS = {
     "sglang_launch": {s: ("sglang_launch", s) for s in (
         "name", "entrypoint", "host", "port", "tp_size", "args", "env", "keep_logs", "gpu_check",
-        "foreign_port_holders", "min_free_mb", "spawn_timeout", "containment")},
+        "foreign_port_holders", "min_free_mb", "spawn_timeout", "containment", "shm_min_free_mb",
+        "ignore_changes", "identity_paths")},
     "sglang_teardown": {s: ("sglang_teardown", s) for s in (
         "ports", "patterns", "sglang_processes", "all_users", "protect", "foreign_gpu_processes",
         "grace_period", "timeout", "shm_cleanup", "purge_paths", "clear_cache")},

@@ -11,6 +11,12 @@ Two locks, one concern (an instance is changed by one actor at a time):
   controller, pid dead or reused); a lock from another controller is reported with its holder
   and age and counts as stale only after `ttl` seconds (the last resort).
 
+  Its lifetime: the holder records how long its run may take (`lifetime`, computed from every
+  step - plan, prewarm, teardown, launch, readiness, verification and the rollback's own -, see
+  plugins/filter/lock_lifetime.py) and refreshes the lock while it waits (`refresh`, `refreshed`);
+  its age counts from the last refresh, and it is stale only after the longer of the taker's
+  `ttl` and the holder's own lifetime.
+
 The controller half (`controller_identity`, `judge_holder`) runs in the action plugin on the
 controller; the host half (`acquire`, `release`) in the module on the managed host.
 """
@@ -176,15 +182,30 @@ def judge_holder(holder: Dict[str, Any], me: Dict[str, Any],
     return "alive", "its %s (pid %d) is still running on this controller" % (prog, pid)
 
 
-def takeover_reason(verdict: str, why: str, age: float, ttl: Optional[float]) -> Optional[str]:
+def takeover_reason(verdict: str, why: str, age: float, ttl: Optional[float],
+                    lifetime: Optional[float] = None) -> Optional[str]:
     """Why a lock may be taken over (None: it may not). A holder proven gone frees it at
     once; one that cannot be checked (another controller, nothing recorded) only after `ttl`
-    seconds; a live holder never."""
+    seconds without a sign of life (`age` counts from its last refresh) - and never before the
+    `lifetime` the holder recorded for its own run; a live holder never."""
     if verdict == "gone":
         return why
-    if verdict == "foreign" and ttl is not None and ttl > 0 and age >= ttl:
-        return "%s, and the lock is older than ttl (%d s >= %d s)" % (why, age, ttl)
+    if verdict != "foreign" or ttl is None or ttl <= 0:
+        return None
+    limit = max(float(ttl), float(lifetime or 0))
+    if age >= limit:
+        what = "ttl" if limit == float(ttl) else "the lifetime its holder recorded"
+        return "%s, and the lock is older than %s (%d s >= %d s)" % (why, what, age, limit)
     return None
+
+
+def stale_after(holder: Dict[str, Any], ttl: Optional[float]) -> float:
+    """Seconds without a refresh after which `holder`'s lock counts as stale for a taker with `ttl`."""
+    try:
+        lifetime = float(holder.get("lifetime") or 0)
+    except (TypeError, ValueError):
+        lifetime = 0.0
+    return max(float(ttl or 0), lifetime)
 
 
 def describe_holder(holder: Dict[str, Any], age: Optional[float] = None) -> str:
@@ -255,10 +276,14 @@ def read_holder(path: str) -> Optional[Dict[str, Any]]:
 
 
 def lock_age(holder: Dict[str, Any], now: Optional[float] = None) -> float:
-    """Seconds since the lock was taken (host clock: written and read on the same host)."""
+    """Seconds since the lock's last sign of life - taken, or refreshed by its holder while it
+    waits (host clock: written and read on the same host)."""
     since = holder.get("since")
     if not isinstance(since, (int, float)):
         since = holder.get("mtime") or 0.0
+    refreshed = holder.get("refreshed")
+    if isinstance(refreshed, (int, float)) and refreshed > since:
+        since = refreshed
     return max(0.0, (now if now is not None else time.time()) - float(since))
 
 
@@ -275,13 +300,45 @@ def same_run(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
         and a.get("inventory_host") == b.get("inventory_host")
 
 
-def new_holder(holder: Dict[str, Any], now: Optional[float] = None) -> Dict[str, Any]:
-    """The record a lock file holds: the caller's identity plus a token and the time."""
+def new_holder(holder: Dict[str, Any], now: Optional[float] = None, lifetime: Optional[float] = None) -> Dict[str, Any]:
+    """The record a lock file holds: the caller's identity plus a token, the time and how long
+    the holder's run may take (`lifetime`, seconds; None when not known)."""
     now = time.time() if now is None else now
     data = {k: holder.get(k) for k in ("controller", "play", "inventory_host")}
     data.update(lock_version=LOCK_VERSION, token=uuid.uuid4().hex, since=round(now, 3),
                 since_iso=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
+    if lifetime:
+        data["lifetime"] = round(float(lifetime), 1)
     return data
+
+
+def _refreshed(current: Dict[str, Any], now: Optional[float] = None) -> Dict[str, Any]:
+    now = time.time() if now is None else now
+    data = {k: v for k, v in current.items() if k != "mtime"}
+    data.update(refreshed=round(now, 3), refreshed_iso=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
+    return data
+
+
+def refresh(state_dir: str, name: str, token: str, check_mode: bool = False,
+            min_interval: float = 0.0) -> Dict[str, Any]:
+    """The holder's sign of life while it waits (readiness, drain): the lock whose token is
+    `token` gets `refreshed` = now, so its age - what makes another controller's run take it
+    over - counts from here. Another holder's lock, or none, is left alone; one whose last sign
+    of life is younger than `min_interval` seconds too (a sliced wait calls this every slice).
+    Returns changed, path and the holder now in place (None when the lock is not this token's)."""
+    path = lock_path(state_dir, name)
+    if not os.path.isdir(state_dir):
+        return {"changed": False, "path": path, "holder": None}
+    with _dir_guard(state_dir):
+        current = read_holder(path)
+        if current is None or current.get("legacy") or lock_id(current) != token:
+            return {"changed": False, "path": path, "holder": None}
+        if min_interval > 0 and lock_age(current) < min_interval:
+            return {"changed": False, "path": path, "holder": current}
+        data = _refreshed(current)
+        if not check_mode:
+            _write_lock(path, data, replace=True)
+        return {"changed": True, "path": path, "holder": data}
 
 
 def _write_lock(path: str, data: Dict[str, Any], replace: bool) -> None:
@@ -325,7 +382,8 @@ def _remove_legacy(path: str) -> None:
 
 
 def acquire(state_dir: str, name: str, holder: Dict[str, Any], takeover: Optional[str] = None,
-            takeover_reason: Optional[str] = None, check_mode: bool = False) -> Dict[str, Any]:
+            takeover_reason: Optional[str] = None, check_mode: bool = False,
+            lifetime: Optional[float] = None) -> Dict[str, Any]:
     """Take the lock for `holder`. Returns changed, path, holder (the record now in place),
     previous and taken_over (why an old holder was replaced). An existing lock is replaced only
     when it is this run's already, or when its token is `takeover` (the controller judged its
@@ -334,7 +392,8 @@ def acquire(state_dir: str, name: str, holder: Dict[str, Any], takeover: Optiona
     be written."""
     path = lock_path(state_dir, name)
     if check_mode and not os.path.isdir(state_dir):
-        return {"changed": True, "path": path, "holder": new_holder(holder), "previous": None, "taken_over": None}
+        return {"changed": True, "path": path, "holder": new_holder(holder, lifetime=lifetime), "previous": None,
+                "taken_over": None}
     if not check_mode:
         ensure_dir(state_dir)
     with _dir_guard(state_dir):
@@ -342,14 +401,19 @@ def acquire(state_dir: str, name: str, holder: Dict[str, Any], takeover: Optiona
         why = None
         if current is not None:
             age = lock_age(current)
-            if same_run(current, holder):
-                return {"changed": False, "path": path, "holder": current, "previous": None, "taken_over": None}
+            if same_run(current, holder):  # this run's own lock: a sign of life
+                data = _refreshed(current)
+                if lifetime:
+                    data["lifetime"] = round(float(lifetime), 1)
+                if not check_mode:
+                    _write_lock(path, data, replace=True)
+                return {"changed": False, "path": path, "holder": data, "previous": None, "taken_over": None}
             if not takeover or lock_id(current) != takeover:
                 raise SglangError("instance %r is locked by %s; nothing was changed"
                                   % (name, describe_holder(current, age)),
                                   reason="locked", path=path, holder=current, age=round(age, 1))
             why = takeover_reason or "its holder is gone"
-        data = new_holder(holder)
+        data = new_holder(holder, lifetime=lifetime)
         if not check_mode:
             _write_lock(path, data, replace=current is not None)
         return {"changed": True, "path": path, "holder": data, "previous": current, "taken_over": why}
@@ -367,11 +431,12 @@ def failure_details(details: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def take(state_dir: str, name: str, holder: Dict[str, Any], takeover: Optional[str] = None,
-         takeover_reason: Optional[str] = None, check_mode: bool = False, diff: bool = False) -> Dict[str, Any]:
+         takeover_reason: Optional[str] = None, check_mode: bool = False, diff: bool = False,
+         lifetime: Optional[float] = None) -> Dict[str, Any]:
     """`acquire` as a result: reason held | taken | taken_over, lock_path, holder and its line
     (sglang_lock's result, and the `operation_lock` of sglang_launch's)."""
     out = acquire(state_dir, name, holder, takeover=takeover, takeover_reason=takeover_reason,
-                  check_mode=check_mode)
+                  check_mode=check_mode, lifetime=lifetime)
     reason = "held" if not out["changed"] else ("taken_over" if out["previous"] else "taken")
     result = dict(changed=out["changed"], reason=reason, lock_path=out["path"], holder=out["holder"],
                   holder_text=describe_holder(out["holder"]))

@@ -190,7 +190,11 @@ def _entry(listener: _ports.Listener, ident: LaunchIdentity, foreign: List[Dict[
         if why is None and (pid, listener.address) not in seen:
             seen.add((pid, listener.address))
             foreign.append(dict(info, address=listener.address, family=listener.family))
-    if not listener.pids:
+    if not listener.pids and listener.uid is not None and listener.uid == os.geteuid():
+        # the module's user's socket that no process holds: one being closed (a close() while
+        # a poll still references it keeps it listed); it takes nothing from the launch
+        entry["closing"] = True
+    elif not listener.pids:
         foreign.append({"pid": None, "user": None, "address": listener.address,
                         "family": listener.family, "cmdline": UNREADABLE_OWNER})
     entry["owners"] = owners

@@ -154,3 +154,57 @@ def remove(entry: ShmEntry) -> Optional[str]:
         return None
     errors = _purge.remove_at(parent.fd, os.path.basename(entry.path), parent.dev, owner=entry.owner)
     return "; ".join(errors) or None
+
+
+# --- room: how much a new server finds, and who holds the rest -------------------------------
+
+MAX_WALKED = 200000  # entries summed below one top-level directory before its size is "at least"
+
+
+def _allocated(st: os.stat_result) -> int:
+    """Bytes a file really takes on tmpfs (a sparse file takes only what was written)."""
+    return getattr(st, "st_blocks", 0) * 512 or st.st_size
+
+
+def _tree_bytes(path: str) -> int:
+    """What a directory below /dev/shm takes (lstat: a symlink is not followed)."""
+    total, seen, stack = 0, 0, [path]
+    while stack and seen < MAX_WALKED:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                seen += 1
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                total += _allocated(st)
+    return total
+
+
+def largest(shm_dir: str = SHM_DIR, count: int = 5) -> List[Dict[str, object]]:
+    """The `count` top-level entries of `shm_dir` that take the most room - {path, bytes, uid,
+    user, is_dir}; a directory counts with everything below it. Names and sizes only: nothing is
+    opened, no content read."""
+    out: List[Dict[str, object]] = []
+    try:
+        it = os.scandir(shm_dir)
+    except OSError:
+        return out
+    with it:
+        for entry in it:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            size = _allocated(st) + (_tree_bytes(entry.path) if is_dir else 0)
+            out.append({"path": entry.path, "bytes": size, "uid": st.st_uid, "user": _procs.username(st.st_uid),
+                        "is_dir": is_dir})
+    out.sort(key=lambda e: (-int(e["bytes"]), str(e["path"])))  # type: ignore[call-overload]
+    return out[:count]

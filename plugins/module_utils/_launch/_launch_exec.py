@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, 
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _cliargs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _compile_cache
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _code_identity
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _model_identity
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _last_good
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
@@ -73,6 +75,9 @@ def preflight(p: Mapping[str, Any], dirs: Mapping[str, str], check_mode: bool) -
     else:
         report.skip("sglang", "sglang not checked: no usable interpreter")
     pf.model_path = _preflight.check_model_path(report, p["model_path"])
+    _preflight.check_shm(report, pf.tp_size, p.get("shm_min_free_mb"),
+                         [d.path for d in pf.output_dirs if getattr(d, "reclaimable", False)])
+    _preflight.check_identity_paths(report, p.get("identity_paths"))
     if pf.tp_size is not None:
         _preflight.check_gpus(report, pf.tp_size, p["gpu_backend"], pf.env, pf.args, p["gpu_check"])
     return pf
@@ -82,6 +87,26 @@ def _fingerprint_interpreter(path: str) -> str:
     """The venv's interpreter with its directory resolved. Not the file's realpath: every venv's
     bin/python resolves to the same base interpreter, so that would hide a venv change."""
     return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def read_identity(p: Mapping[str, Any], pf: Preflight) -> Optional[Dict[str, Any]]:
+    """The code and model identity of the requested server as they are on disk now (kept in
+    its record; compared with the running server's by the plan). Stats only, no content read."""
+    interp = pf.interp
+    if interp is None or not interp.sglang_installed:
+        return None
+    try:
+        code = _code_identity.build(interp.sglang_location, pf.env, interp.venv if interp.is_venv else None,
+                                    p.get("identity_paths") or ())
+    except OSError as exc:
+        code = _code_identity.CodeIdentity(package=interp.sglang_location, source="unknown",
+                                           error="cannot read the sglang package: %s" % (exc.strerror or exc))
+    try:
+        model = _model_identity.build(pf.model_path)
+    except OSError as exc:
+        model = {"version": _model_identity.VERSION, "path": pf.model_path, "files": {},
+                 "error": "cannot read the model: %s" % (exc.strerror or exc)}
+    return {"code": code, "model": model}
 
 
 def prepare(p: Mapping[str, Any], check_mode: bool) -> Request:
@@ -110,7 +135,8 @@ def prepare(p: Mapping[str, Any], check_mode: bool) -> Request:
         fp = _cliargs.fingerprint(hashed)
     return Request(params=p, name=name, state_dir=state_dir, log_dir=log_dir, backend=backend, why=why, pf=pf,
                    argv=argv, fingerprint=fp, inputs=inputs,
-                   secrets=_cliargs.argv_secrets(api_key, pf.args, pf.env), restored=restored)
+                   secrets=_cliargs.argv_secrets(api_key, pf.args, pf.env), restored=restored,
+                   identity=read_identity(p, pf) if fp is not None and not pf.report.errors else None)
 
 
 def base_result(req: Request) -> Dict[str, Any]:
@@ -126,6 +152,9 @@ def base_result(req: Request) -> Dict[str, Any]:
     if req.fingerprint is not None:
         result.update(fingerprint=req.fingerprint, fingerprint_inputs=req.inputs,
                       argv=_redact.redact_argv(req.argv, _cliargs.secret_arg_flags(req.pf.args)))
+    if req.identity is not None:
+        result["identity"] = {"code": req.identity["code"].summary(),
+                              "model": _model_identity.summary(req.identity["model"])}
     return result
 
 
@@ -271,7 +300,8 @@ def gather(req: Request, check_mode: bool) -> _launch_plan.Facts:
     facts = _launch_plan.Facts(
         name=req.name, host=p["host"], port=req.pf.port, check_mode=check_mode, fingerprint=req.fingerprint,
         inputs=req.inputs, record=record, running=running, port_state=port_state, holders=tuple(holders),
-        preflight_errors=tuple(report.errors), preflight_reason=report.reason())
+        preflight_errors=tuple(report.errors), preflight_reason=report.reason(),
+        identity=req.identity, ignore_changes=tuple(p.get("ignore_changes") or ()))
     if record is not None and _launch_plan.wants_probe(facts):
         facts = dataclasses.replace(facts, probe=_unanswered(record, p["host"], p["probe_timeout"], report))
     if _launch_plan.wants_containment_check(facts):
@@ -325,6 +355,8 @@ def spawn(req: Request) -> Dict[str, Any]:
     if cache.dir is not None:  # the collection's own directory: created privately, never removed
         _compile_cache.ensure(cache.dir, [_record.tmpdir_path(req.state_dir, req.name)])
     fields["compile_cache"] = cache.to_record()
+    if req.identity is not None:  # what this server imports and loads, for the next plan to compare
+        fields.update(code_identity=req.identity["code"].record(), model_identity=req.identity["model"])
     spec = _launcher.LaunchSpec(
         name=req.name, state_dir=req.state_dir, log_dir=req.log_dir, python=interp.path,
         venv=interp.venv if interp.is_venv else None, argv=req.argv, env=pf.env,
@@ -371,7 +403,8 @@ def operation_lock(req: Request) -> Optional[Dict[str, Any]]:
                           "that holds the lock: call the module as llmops.sglang.sglang_launch", reason="bad_option")
     try:
         return _lock.take(req.state_dir, req.name, holder, takeover=spec.get("takeover"),
-                          takeover_reason=spec.get("takeover_reason"), check_mode=bool(spec.get("check_only")))
+                          takeover_reason=spec.get("takeover_reason"), check_mode=bool(spec.get("check_only")),
+                          lifetime=spec.get("ttl"))  # the run's own lifetime, recorded for other controllers
     except SglangError as exc:
         raise SglangError(exc.msg, **_lock.failure_details(exc.details)) from None
     except OSError as exc:

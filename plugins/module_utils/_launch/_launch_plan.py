@@ -8,16 +8,23 @@ out: a spawn, or a failure raised with the decision's reason.
 
 Actions: `noop` (the requested server runs and answers), `launch` (start one; in check mode
 only reported), `relaunch` (check mode: something holds the instance's place - another
-configuration, a hung server, a busy port or cgroup - and a restart's teardown must clear it
-first), `refuse` (the same outside check mode, or a failed preflight: the task fails, nothing
-is stopped).
+configuration, code or model files changed on disk since it started, a hung server, a busy port
+or cgroup - and a restart's teardown must clear it first), `refuse` (the same outside check
+mode, or a failed preflight: the task fails, nothing is stopped).
+
+The running server's code and model identity (_code_identity, _model_identity) are compared with
+what is on disk now: a patched, added or removed file of the sglang it imports, or a replaced
+weight shard, is a change (`code_changed`, `model_changed`) unless `ignore_changes` names it. A
+record from before identities were kept is unknown - said once, never a change by itself.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _model_identity
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _cliargs
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _code_identity
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _preflight
 
 NOOP = "noop"
@@ -48,6 +55,8 @@ class Facts:
     preflight_reason: str = "preflight_failed"   # _preflight.Report.reason()
     probe: Optional[Mapping[str, Any]] = None    # the running server's HTTP probe when it did not answer
     cgroup_problem: Optional[str] = None         # why the instance cgroup/unit refuses a launch
+    identity: Optional[Mapping[str, Any]] = None  # {code: CodeIdentity, model: dict|None} on disk now; None: not read
+    ignore_changes: Tuple[str, ...] = ()         # code and/or model: such a change is said, not acted on
 
 
 @dataclass(frozen=True)
@@ -72,10 +81,53 @@ class Decision:
 
 def wants_probe(f: Facts) -> bool:
     """Does the decision depend on whether the running server answers HTTP? Only for the same
-    configuration, listening on its port (one that does not listen yet is still starting)."""
+    configuration and code, listening on its port (one that does not listen yet is still starting)."""
     return bool(not f.preflight_errors and f.running and f.record
                 and f.record.get("fingerprint") == f.fingerprint and f.port_state == "instance"
-                and isinstance(f.record.get("port"), int))
+                and isinstance(f.record.get("port"), int) and not drift(f)[0])
+
+
+Drift = Tuple[Tuple[Mapping[str, Any], ...], Tuple[str, ...]]
+_KEYS = ("code_identity", "model_identity")
+
+
+def drift(f: Facts) -> Drift:
+    """(the changes on disk since the running server started that call for a restart, warnings:
+    changes ignored by `ignore_changes`, and an identity that is unknown - said once). Only for
+    a server of the requested configuration: another one is replaced anyway."""
+    record = f.record
+    if f.identity is None or not (f.running and record) or record.get("fingerprint") != f.fingerprint:
+        return (), ()
+    pid = record.get("pid")
+    if not any(k in record for k in _KEYS):
+        return (), ("instance %r (pid %s) was launched before its launch record kept code and model identity: "
+                    "whether sglang's code or the model's files changed since it started is unknown (its next "
+                    "launch records them)" % (f.name, pid),)
+    found, notes, unknown = [], [], []
+    code = _code_identity.compare(record.get("code_identity"), f.identity["code"]) \
+        if f.identity.get("code") is not None else {"state": "unknown", "why": "no sglang package was read"}
+    model = _model_identity.compare(record.get("model_identity"), f.identity.get("model")) \
+        if record.get("model_identity") is not None else {"state": "same"}  # a hub id: nothing on disk
+    for key, seen in (("code", code), ("model", model)):
+        if seen["state"] == "unknown":
+            unknown.append("%s identity unknown (%s)" % (key, seen["why"]))
+            continue
+        if seen["state"] != "changed":
+            continue
+        if key == "code":
+            text = "sglang code changed since pid %s started: %s" % (pid, seen["summary"])
+            if seen.get("git"):
+                text += " (%s)" % seen["git"]
+        else:
+            text = "model %s changed: %s" % ("weights" if seen.get("weights") else "files", seen["summary"])
+        if key in f.ignore_changes:
+            notes.append("%s - not restarted for it (ignore_changes: %s)" % (text, key))
+            continue
+        found.append({"key": key, "before": "at pid %s's start" % pid, "after": "on disk now", "message": text,
+                      "files": seen["files"], "count": seen["count"]})
+    if unknown:
+        notes.append("instance %r (pid %s): %s; not counted as a change" % (f.name, pid, "; ".join(unknown)))
+    return tuple(found), tuple(notes)
 
 
 def wants_containment_check(f: Facts) -> bool:
@@ -88,7 +140,7 @@ def decide(f: Facts) -> Decision:
     """A failed preflight refuses; a running instance is kept, or must be replaced; otherwise a
     free port and cgroup mean a launch."""
     others = tuple(h for h in f.holders if not h.get("instance"))
-    common: Dict[str, Any] = {"port_holder": others, "diff": diff_of(f, others)}
+    common: Dict[str, Any] = {"port_holder": others, "diff": diff_of(f, others, drift(f)[0])}
     if f.preflight_errors:
         msg = "preflight failed: " + "; ".join(f.preflight_errors)
         return Decision(REFUSE, f.preflight_reason, msg, failure=msg, **common)
@@ -102,11 +154,18 @@ def _running(f: Facts, record: Mapping[str, Any], others: Tuple[Holder, ...], co
     blockers: Tuple[str, ...] = ()
     if others:
         blockers = ("port %s is also held by %s" % (f.port, _preflight.describe_holders(list(others))),)
+    changed_files, notes = drift(f)
+    if record.get("fingerprint") == f.fingerprint and changed_files:
+        msg = "instance %r is running (pid %s) with the requested configuration, but %s: it must be restarted" % (
+            f.name, pid, "; ".join(c["message"] for c in changed_files))
+        reason = "code_changed" if changed_files[0]["key"] == "code" else "model_changed"
+        return _replace(f, reason, msg, msg + _STOP_FIRST, blockers, current=record, changes=changed_files,
+                        warnings=notes, **common)
     if record.get("fingerprint") == f.fingerprint:
         if f.probe is None:
-            warnings: Tuple[str, ...] = ()
+            warnings: Tuple[str, ...] = notes
             if others:
-                warnings = ("instance %r is running but port %s is also held by %s" % (
+                warnings += ("instance %r is running but port %s is also held by %s" % (
                     f.name, record.get("port"), _preflight.describe_holders(list(others))),)
             return Decision(NOOP, "running", "instance %r is running (pid %s) with the requested configuration: "
                             "nothing to do" % (f.name, pid), blockers=blockers, warnings=warnings, current=record,
@@ -119,7 +178,8 @@ def _running(f: Facts, record: Mapping[str, Any], others: Tuple[Holder, ...], co
             within = "in %d attempts of %s s each (%s s in all)" % (tries, _num(f.probe.get("timeout")), seconds)
         msg = ("instance %r (pid %s%s) runs the requested configuration but did not answer %s %s: "
                "it must be replaced" % (f.name, pid, stopped, f.probe.get("endpoint"), within))
-        return _replace(f, "unresponsive", msg, msg + _STOP_FIRST, blockers, current=record, probe=f.probe, **common)
+        return _replace(f, "unresponsive", msg, msg + _STOP_FIRST, blockers, current=record, probe=f.probe,
+                        warnings=notes, **common)
     changes = tuple(_cliargs.diff_inputs(record.get("fingerprint_inputs"), f.inputs or {}))
     summary = ", ".join("%s: %r -> %r" % (c["key"], c["before"], c["after"]) for c in changes)
     msg = "instance %r is running (pid %s) with another configuration (%s)" % (f.name, pid, summary)
@@ -149,12 +209,18 @@ def _replace(f: Facts, reason: str, msg: str, failure: str, blockers: Tuple[str,
     return Decision(REFUSE, reason, msg, failure=failure, blockers=blockers, **rest)
 
 
-def diff_of(f: Facts, others: Tuple[Holder, ...]) -> Dict[str, str]:
+def diff_of(f: Facts, others: Tuple[Holder, ...], changed_files: Tuple[Mapping[str, Any], ...] = ()) -> Dict[str, str]:
     """Fingerprint inputs of the running server (if any) and of the requested one; the other
-    holders of the port head the 'before' side - what a restart would stop."""
+    holders of the port head the 'before' side - what a restart would stop - and the files
+    changed on disk since the server started end the 'after' side."""
     before = f.record.get("fingerprint_inputs") if (f.record and f.running) else None
     holders = "".join("# port holder: %s\n" % _preflight.describe_holder(h) for h in others)
-    return {"before": holders + _cliargs.inputs_text(before), "after": _cliargs.inputs_text(f.inputs),
+    files = ""
+    for change in changed_files:
+        files += "# %s\n" % change["message"]
+        for kind in ("modified", "added", "removed"):
+            files += "".join("#   %s: %s\n" % (kind, path) for path in change["files"].get(kind, ()))
+    return {"before": holders + _cliargs.inputs_text(before), "after": _cliargs.inputs_text(f.inputs) + files,
             "before_header": "running server", "after_header": "requested server"}
 
 

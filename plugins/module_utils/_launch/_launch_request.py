@@ -48,3 +48,4 @@ class Request:
     secrets: List[str]
     # restore: last_good - what was restored (no secrets); the params hold its configuration
     restored: Optional[Dict[str, Any]] = None
+    identity: Optional[Dict[str, Any]] = None    # {code: CodeIdentity, model: dict|None}: what is on disk now

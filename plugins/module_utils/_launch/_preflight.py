@@ -6,6 +6,7 @@ instead of fixing them one launch at a time.
 """
 from __future__ import annotations
 
+import glob
 import os
 import re
 from dataclasses import dataclass, field
@@ -28,7 +29,13 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MARKERS = (_procs.MARKER_INSTANCE, _procs.MARKER_LAUNCH_ID, _procs.MARKER_STATE_DIR)
 # Checks whose failure has a reason code of its own (when they are the only failures).
-_REASONS = {"space": "no_space", "port_free": "port_busy", "port_holders": "port_busy", "dir_safety": "unsafe_dir"}
+_REASONS = {"space": "no_space", "shm": "no_space", "port_free": "port_busy", "port_holders": "port_busy",
+            "dir_safety": "unsafe_dir"}
+# /dev/shm a new server needs free by default: a floor that catches a full or tiny /dev/shm (a
+# container's 64 MiB default) before anything is stopped, not a sizing guide - SGLang's segments,
+# torch's tensors between processes and NCCL's intra-node buffers grow with the ranks and the load.
+SHM_BASE_MB = 128.0
+SHM_PER_RANK_MB = 16.0
 
 
 @dataclass
@@ -283,6 +290,21 @@ def check_model_path(report: Report, model_path: str) -> str:
     return path
 
 
+def check_identity_paths(report: Report, paths: Optional[List[str]]) -> None:
+    """Each path the operator names as part of the server's code (identity_paths) exists: a
+    misspelt one would count nothing, silently."""
+    bad = []
+    for path in paths or []:
+        if not isinstance(path, str) or not os.path.isabs(path):
+            bad.append("identity_paths: %r must be an absolute path" % (path,))
+        elif not os.path.exists(path):
+            bad.append("identity_paths: %s does not exist" % path)
+    for msg in bad:
+        report.fail("identity_paths", msg)
+    if paths and not bad:
+        report.ok("identity_paths", "%d path(s) count as the server's code" % len(paths))
+
+
 def _visible(gpus: List[_gpus.Gpu], env: Mapping[str, str]) -> Tuple[int, List[str]]:
     """(GPUs CUDA will show the server, entries of CUDA_VISIBLE_DEVICES naming no GPU here).
     CUDA stops at the first entry that names no device, so only the entries before it count."""
@@ -309,7 +331,16 @@ def check_gpus(report: Report, tp_size: int, backend: str, env: Mapping[str, str
         return
     gpu_report = _gpus.query_gpus(backend)
     if gpu_report.backend == "none":
-        report.note("gpus", "GPUs not checked: %s" % (gpu_report.note or "no GPU backend"))
+        if _gpu_backend(backend) == "none":  # the operator turned the reading off
+            report.note("gpus", "GPUs not checked: %s" % (gpu_report.note or "no GPU backend"))
+            return
+        # The check is on but nothing can answer it: refused here, before a restart stops the old
+        # server for a tp_size this host may not have.
+        devices = "" if glob.glob("/dev/nvidia[0-9]*") else "; no /dev/nvidia* device files"
+        report.fail("gpus", "GPUs cannot be checked (%s%s): tp_size %d needs GPUs that nothing on this host can "
+                    "count (gpu_backend %s); install nvidia-ml-py or nvidia-smi, or set gpu_check: false (emulators, "
+                    "CPU servers) or gpu_backend: none to launch without the check"
+                    % (gpu_report.note or "no GPU backend", devices, tp_size, backend))
         return
     nnodes = _int_or(args.get("--nnodes"), 1)
     base = _int_or(args.get("--base-gpu-id"), 0)
@@ -324,6 +355,11 @@ def check_gpus(report: Report, tp_size: int, backend: str, env: Mapping[str, str
                     % (tp_size, need, nnodes, base, visible, "is" if visible == 1 else "are", gpu_report.backend))
     elif not unknown:
         report.ok("gpus", "%d GPU(s) visible via %s, %d needed" % (visible, gpu_report.backend, need))
+
+
+def _gpu_backend(backend: str) -> str:
+    """The backend a query really uses (`auto` defers to LLMOPS_SGLANG_GPU_BACKEND, as _gpus does)."""
+    return os.environ.get(_gpus.ENV_BACKEND, backend) if backend == "auto" else backend
 
 
 def _int_or(value: Any, default: int) -> int:
@@ -489,6 +525,65 @@ def check_space(report: Report, dirs: Mapping[str, str], min_free_mb: float, min
 
 def _num(value: float) -> str:
     return ("%d" % value) if float(value).is_integer() else ("%g" % value)
+
+
+def shm_floor(tp_size: Optional[int], asked: Optional[float]) -> float:
+    """MiB of /dev/shm a launch needs free: `asked`, else 128 + 16 per tensor-parallel rank."""
+    if asked is not None:
+        return float(asked)
+    return SHM_BASE_MB + SHM_PER_RANK_MB * (tp_size or 1)
+
+
+def _mib(count: float) -> str:
+    return "%.1f GiB" % (count / 1024.0) if count >= 1024 else "%.1f MiB" % count
+
+
+def _in_tree(path: str, roots: List[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def check_shm(report: Report, tp_size: Optional[int], asked: Optional[float], reclaimable: List[str],
+              shm_dir: str = "/dev/shm") -> None:
+    """Free room in /dev/shm for the new server, before anything is stopped: SGLang and NCCL
+    create their segments there, and a full /dev/shm kills the new server (and then the
+    rollback) with `No space left on device` after the old one is gone. The files of a
+    `reclaimable` output directory there count as free (the teardown empties it first). On a
+    refusal the largest entries are named with their owners and the processes holding them (no
+    content is read)."""
+    floor = shm_floor(tp_size, asked)
+    if floor <= 0 or not os.path.isdir(shm_dir):
+        report.note("shm", "%s not checked (%s)" % (shm_dir, "shm_min_free_mb 0" if floor <= 0 else "no such directory"))
+        return
+    try:
+        mib, _inodes = _free(shm_dir)
+    except OSError as exc:
+        report.fail("shm", "%s: cannot read free space: %s" % (shm_dir, exc.strerror or exc))
+        return
+    if mib >= floor:
+        report.ok("shm", "%s: %s free, %s needed" % (shm_dir, _mib(mib), _mib(floor)))
+        return
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _shm  # only when short: a listing
+
+    top = _shm.largest(shm_dir, count=50)
+    freed = sum(int(e["bytes"]) for e in top if _in_tree(str(e["path"]), reclaimable)) / 1048576.0
+    if mib + freed >= floor:
+        report.ok("shm", "%s: %s free, %s more once the teardown empties %s; %s needed"
+                  % (shm_dir, _mib(mib), _mib(freed), ", ".join(reclaimable), _mib(floor)))
+        return
+    shown = [e for e in top if not _in_tree(str(e["path"]), reclaimable)][:5]
+    held = _shm.open_or_mapped([shm_dir]) if shown else {}
+    names = []
+    for e in shown:
+        pids = _shm.holders(str(e["path"]), held)
+        who = ", held open by pid %s" % ", ".join(str(p) for p in pids[:5]) if pids else ", held by no process"
+        names.append("%s%s (%s, user %s%s)" % (e["path"], "/" if e["is_dir"] else "", _mib(int(e["bytes"]) / 1048576.0),
+                                              e["user"], who))
+    report.fail("shm", "%s: %s free, below the %s a server of tp_size %s needs (shm_min_free_mb%s): SGLang and NCCL "
+                "would fail with `No space left on device` after the old server is stopped; nothing was stopped. "
+                "Largest: %s. Remove what no server needs (sglang_teardown removes sglang's own leftovers that no "
+                "live process holds), or lower shm_min_free_mb"
+                % (shm_dir, _mib(mib), _mib(floor), tp_size, "" if asked is not None else ", default 128 + 16 per rank",
+                   "; ".join(names) or "nothing to name (the room is taken by files this user cannot see)"))
 
 
 def _creatable(path: str) -> Optional[str]:

@@ -193,6 +193,16 @@ def read_records(state_dir: str, unavailable: List[str],
     return out
 
 
+def patched_after_start(records: List[Dict[str, Any]], full: List[Dict[str, Any]]) -> List[str]:
+    """Live servers whose code or model files on disk differ from what they loaded (_patched):
+    imported only when a live record is there to compare."""
+    if not any(r.get("alive") for r in records):
+        return []
+    from ansible_collections.llmops.sglang.plugins.module_utils._probe import _patched
+
+    return _patched.mark(records, full)
+
+
 def _alive(records: List[Dict[str, Any]]) -> None:
     from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
@@ -347,6 +357,8 @@ def _host_view(p: Dict[str, Any], result: Dict[str, Any], table: Optional[Tuple[
     result["records"] = read_records(state_dir, unavailable, full_records) if os.path.isdir(state_dir) else []
     # where each compile/JIT cache of the instances lives and how big it is (a bounded walk)
     result["compile_caches"] = _compile_cache.for_records(full_records)
+    diagnosis["patched"] = readable(unavailable, "launch records' code and model files",
+                                    lambda: patched_after_start(result["records"], full_records), [])
     result["containment"] = host_containment()
     diagnosis["containment"] = []
     if table is not None and result["servers"]:
@@ -398,7 +410,7 @@ def run(p: Dict[str, Any], warn: Warn) -> Tuple[Dict[str, Any], Optional[SglangE
         result["servers"] = servers_by_command_line(now)
         result["diagnosis"] += _diagnosis.partial_servers(result["servers"])
     host = _host_view(p, result, table, state_dir, server_user, now, warn)
-    result["diagnosis"] += host["containment"]
+    result["diagnosis"] += host["containment"] + host["patched"]
     interp: Any = None
     if resolving is not None:
         try:
