@@ -502,7 +502,9 @@ def where_is_sglang(interp: Interpreter, search_paths: Optional[List[str]] = Non
 def untrusted_install(item: Dict[str, Any]) -> Optional[str]:
     """Why an install found by discover() must not be suggested (see _deps.untrusted_reason),
     judged by its interpreter, else by its package directory; None when it may be."""
-    path = item.get("python") or item.get("location") or item.get("dist_info")
+    if item.get("python"):
+        return _deps.interpreter_reason(item["python"])
+    path = item.get("location") or item.get("dist_info")
     return _deps.untrusted_reason(path) if path else "no path"
 
 
@@ -541,7 +543,7 @@ def in_use(servers: List[Dict[str, Any]], records: List[Dict[str, Any]], install
             return
         item = {"python": path, "venv": venv, "sglang_version": version or _version_of(python, venv, installs),
                 "source": source}
-        why = _deps.untrusted_reason(path)
+        why = _deps.interpreter_reason(path)
         if why is None:
             found.append(item)
         elif untrusted is not None:
