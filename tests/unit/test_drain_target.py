@@ -38,7 +38,9 @@ class World:
     def sockets_of(self, pid: int, start: Any, port: int) -> Any:
         return {("ipv4", "127.0.0.1")} if self.holders.get(pid) == start else None
 
-    def request(self, host: str, port: int, path: str, api_key: Any = None, timeout: float = 5.0) -> _http.Response:
+    def request(self, host: str, port: int, path: str, api_key: Any = None, timeout: float = 5.0,
+                connect_to: Any = None) -> _http.Response:
+        assert connect_to == "127.0.0.1"  # the proven socket's address, never the name again
         self.asked.append(path)
         return _http.Response(200, [{"num_reqs": 0}])
 

@@ -11,6 +11,7 @@ opens a container's filesystem (another mount namespace), which this host's trus
 """
 from __future__ import annotations
 
+import glob
 import importlib
 import importlib.util
 import os
@@ -99,6 +100,11 @@ def untrusted_reason(path: str, euid: Optional[int] = None) -> Optional[str]:
     elsewhere = other_view(path)
     if elsewhere is not None:
         return elsewhere
+    return _tree_problem(path, euid)
+
+
+def _tree_problem(path: str, euid: int) -> Optional[str]:
+    """_entry_problem of `path` as given and resolved, and of every directory above both."""
     for full in (os.path.abspath(path), os.path.realpath(path)):
         probe = full
         while True:
@@ -112,20 +118,124 @@ def untrusted_reason(path: str, euid: Optional[int] = None) -> Optional[str]:
     return None
 
 
+# A pyvenv.cfg worth reading is a few lines; only its head is read.
+_CFG_CAP = 64 * 1024
+
+
+def _read_cfg(path: str) -> str:
+    """The head of a regular file, never blocking on a FIFO nor following a final symlink."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, _CFG_CAP).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+def _venv_of(python: str) -> Optional[str]:
+    """The venv `python` starts in: the directory holding pyvenv.cfg next to the executable as
+    named (what Python itself looks at, symlinks not resolved) or one level up; None outside one."""
+    bindir = os.path.dirname(os.path.abspath(python))
+    for cand in (bindir, os.path.dirname(bindir)):
+        if os.path.lexists(os.path.join(cand, "pyvenv.cfg")):
+            return cand
+    return None
+
+
+def _lib_dirs(prefix: str) -> List[str]:
+    """lib/pythonX.Y and the site/dist-packages directories an interpreter of `prefix` may import
+    from (Debian's dist-packages, /usr/local's beside /usr)."""
+    roots = [prefix] + (["/usr/local"] if prefix == "/usr" else [])
+    out: List[str] = []
+    for root in roots:
+        for lib in ("lib", "lib64"):
+            for stdlib in sorted(glob.glob(os.path.join(root, lib, "python3*"))):
+                if os.path.isdir(stdlib):
+                    out.append(stdlib)
+                    out.extend(os.path.join(stdlib, d) for d in ("site-packages", "dist-packages")
+                               if os.path.isdir(os.path.join(stdlib, d)))
+    return out
+
+
+def _site_problem(site: str, euid: int) -> Optional[str]:
+    """A library directory and what sits in it at the top (.pth files run at start-up, the packages
+    an import runs): each root's or this user's and closed to others."""
+    problem = _tree_problem(site, euid)
+    if problem is not None or not os.path.basename(site).endswith(("site-packages", "dist-packages")):
+        return problem
+    try:
+        names = sorted(os.listdir(site))
+    except OSError as exc:
+        return "unreadable (%s: %s)" % (site, exc.strerror or exc)
+    for name in names:
+        problem = _entry_problem(os.path.join(site, name), euid)
+        if problem is not None:
+            return problem
+    return None
+
+
+def environment_problem(python: str, euid: Optional[int] = None) -> Optional[str]:
+    """None when everything `python` executes from at start-up and for an import is root's or
+    this user's and closed to others: its venv's pyvenv.cfg and the `home` it names, lib/pythonX.Y
+    and the site-packages (their .pth files and top-level entries) of the venv and of the base
+    installation. Else why not. Judged without running the interpreter (a .pth would run)."""
+    euid = os.geteuid() if euid is None else euid
+    prefixes = []
+    venv = _venv_of(python)
+    if venv is not None:
+        cfg = os.path.join(venv, "pyvenv.cfg")
+        problem = _tree_problem(cfg, euid)
+        if problem is not None:
+            return problem
+        try:
+            text = _read_cfg(cfg)
+        except OSError as exc:
+            return "unreadable (%s: %s)" % (cfg, exc.strerror or exc)
+        for line in text.splitlines():
+            key, eq, value = line.partition("=")
+            if eq and key.strip().lower() == "home" and os.path.isabs(value.strip()):
+                home = value.strip()
+                problem = _tree_problem(home, euid)
+                if problem is not None:
+                    return problem
+                prefixes.append(os.path.dirname(os.path.realpath(home)))
+        prefixes.insert(0, venv)
+    prefixes.append(os.path.dirname(os.path.dirname(os.path.realpath(python))))
+    seen = set()
+    for prefix in prefixes:
+        if prefix in seen:
+            continue
+        seen.add(prefix)
+        for lib in _lib_dirs(prefix):
+            problem = _site_problem(lib, euid)
+            if problem is not None:
+                return problem
+    return None
+
+
+def interpreter_reason(python: str, euid: Optional[int] = None) -> Optional[str]:
+    """None when `python` may be run (or named) by this module: nobody but root or this user can
+    replace it (untrusted_reason) nor what it executes from (environment_problem)."""
+    return untrusted_reason(python, euid) or environment_problem(python, euid)
+
+
 def trusted(python: str, euid: Optional[int] = None) -> bool:
     """May this interpreter be run (and named) by this module? Nobody but root or this user can
-    replace it (untrusted_reason), and it is an executable file."""
-    if untrusted_reason(python, euid) is not None:
+    replace it or its libraries (interpreter_reason), and it is an executable file."""
+    if interpreter_reason(python, euid) is not None:
         return False
     real = os.path.realpath(python)
     return os.path.isfile(real) and os.access(real, os.X_OK)
 
 
 def has_libs(python: str, libs: Sequence[str] = REQUIRED, timeout: float = CHECK_TIMEOUT) -> bool:
-    """Does `python` import `libs` by itself (no PYTHONPATH from this module's environment)?"""
+    """Does `python` import `libs` by itself? Run isolated (-I: no PYTHON* variables, no user site,
+    no script directory on the path; the venv's site-packages are still used)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
     try:
-        proc = subprocess.run([python, "-c", "import %s" % ", ".join(libs)], stdin=subprocess.DEVNULL,
+        proc = subprocess.run([python, "-I", "-c", "import %s" % ", ".join(libs)], stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/", env=env,
                               timeout=timeout, check=False)
     except (OSError, subprocess.SubprocessError):

@@ -131,13 +131,20 @@ def url_host(host: str) -> str:
 
 
 def request(host: str, port: int, path: str, api_key: Optional[str] = None, method: str = "GET",
-            payload: Optional[Dict[str, Any]] = None, timeout: float = 5.0, max_bytes: int = MAX_BODY) -> Response:
-    """A request to a server on this host (see fetch)."""
-    return fetch("http://%s:%d%s" % (url_host(host), port, path), api_key, method, payload, timeout, max_bytes)
+            payload: Optional[Dict[str, Any]] = None, timeout: float = 5.0, max_bytes: int = MAX_BODY,
+            connect_to: Optional[str] = None) -> Response:
+    """A request to a server on this host (see fetch). `connect_to`: the numeric address to
+    connect to (one a proven socket covers), so the name in `host` is never resolved again - a
+    name's other address may be another user's listener; `host` still goes in the Host header."""
+    if connect_to is None:
+        return fetch("http://%s:%d%s" % (url_host(host), port, path), api_key, method, payload, timeout, max_bytes)
+    return fetch("http://%s:%d%s" % (url_host(connect_to), port, path), api_key, method, payload, timeout, max_bytes,
+                 host_header="%s:%d" % (url_host(host), port))
 
 
 def fetch(url: str, api_key: Optional[str] = None, method: str = "GET", payload: Optional[Any] = None,
-          timeout: float = 5.0, max_bytes: int = MAX_BODY, params: Optional[Mapping[str, str]] = None) -> Response:
+          timeout: float = 5.0, max_bytes: int = MAX_BODY, params: Optional[Mapping[str, str]] = None,
+          host_header: Optional[str] = None) -> Response:
     """Never raises for network trouble: status None + error text instead. A 4xx/5xx is an
     answer: its status, its body and the error `HTTP <status>`. Done within `timeout` seconds
     in all (connect, headers, body); a body over `max_bytes` is no answer."""
@@ -148,6 +155,8 @@ def fetch(url: str, api_key: Optional[str] = None, method: str = "GET", payload:
         return Response(None, None, "%s: not asked: the Python library requests is not installed for %s (%s)"
                         % (url, sys.executable, _LIB["error"]))
     headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+    if host_header:
+        headers["Host"] = host_header
     if api_key:
         headers["Authorization"] = "Bearer %s" % api_key
     data = json.dumps(payload).encode() if payload is not None else None
@@ -239,12 +248,12 @@ def _decode(raw: bytes) -> Any:
         return text
 
 
-def server_info(host: str, port: int, api_key: Optional[str] = None,
-                timeout: float = 5.0) -> Tuple[Optional[Dict[str, Any]], Optional[str], str]:
+def server_info(host: str, port: int, api_key: Optional[str] = None, timeout: float = 5.0,
+                connect_to: Optional[str] = None) -> Tuple[Optional[Dict[str, Any]], Optional[str], str]:
     """(/server_info data, error, endpoint used); falls back to the deprecated /get_server_info."""
     last_error = None
     for path in ("/server_info", "/get_server_info"):
-        resp = request(host, port, path, api_key, timeout=timeout)
+        resp = request(host, port, path, api_key, timeout=timeout, connect_to=connect_to)
         if resp.status == 200 and isinstance(resp.body, dict):
             return resp.body, None, path
         last_error = resp.error or "HTTP %s" % resp.status

@@ -8,21 +8,38 @@ MASK = "********"
 # Result keys whose value is a secret wherever they appear (server_info, records, inputs).
 SECRET_KEYS = ("api_key", "admin_api_key", "hf_token")
 
-# Flags whose value is a secret (sglang: --api-key, --admin-api-key; hub tokens).
+# Flags whose value is a secret (sglang: --api-key, --admin-api-key; hub tokens). Any other flag
+# whose name is_secret_name says so is masked too (--ssl-keyfile-password, --admin-secret, ...).
 SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--token")
-_SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|_KEY$|CREDENTIAL)", re.I)
+# The one secret-name rule, for arguments and environment variables alike (a name is read upper
+# case, "-" as "_"): it says token, secret, password, credential or API key, or ends in _KEY.
+# TOKENIZER and TOKENS (a tokenizer's path, token counts) are settings, not secrets.
+_SECRET_NAME = re.compile(r"(TOKEN(?!IZER|S(?:_|$))|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|_KEY$|CREDENTIAL)", re.I)
 _TEXT_PATTERNS = (
     # server_args=ServerArgs(..., api_key='abc', ...) as sglang logs it
     re.compile(r"((?:admin_)?api_key\s*=\s*)('[^']*'|\"[^\"]*\"|[^,\s)]+)"),
     re.compile(r"(\"(?:admin_)?api_key\"\s*:\s*)(\"[^\"]*\")"),
     re.compile(r"(Bearer\s+)(\S+)"),
     re.compile(r"(--(?:admin-api-key|api-key|hf-token|token)[= ]\s*)(\S+)"),
+    # --ssl-keyfile-password x, ssl_keyfile_password='x' (ServerArgs), --admin-secret=x
+    re.compile(r"(--[\w-]*(?:password|passwd|secret|credential)[\w-]*[= ]\s*)(\S+)", re.I),
+    re.compile(r"(\b\w*(?:password|passwd|secret|credential)\w*\s*=\s*)('[^']*'|\"[^\"]*\"|[^,\s)]+)", re.I),
     re.compile(r"((?:HF_TOKEN|HUGGING_FACE_HUB_TOKEN)=)(\S+)"),
 )
 
 
+def is_secret_name(name: str) -> bool:
+    """True when `name` (an env variable, a flag --x-y or an args key x_y) holds a secret."""
+    return bool(_SECRET_NAME.search(str(name).strip().lstrip("-").replace("-", "_")))
+
+
 def is_secret_env(key: str) -> bool:
-    return bool(_SECRET_ENV.search(key))
+    return is_secret_name(key)
+
+
+def is_secret_flag(flag: str) -> bool:
+    """True for a long flag (`--name`) whose value is a secret."""
+    return flag in SECRET_FLAGS or (flag.startswith("--") and is_secret_name(flag))
 
 
 def redact_env(env: Mapping[str, str]) -> Dict[str, str]:
@@ -36,11 +53,12 @@ def redact_argv(argv: Iterable[str], extra_flags: Iterable[str] = ()) -> List[st
     mask_next = False
     for arg in argv:
         if mask_next:
-            out.append(MASK)
             mask_next = False
-            continue
+            if not arg.startswith("--"):  # a secret-named switch without a value: the next flag stays
+                out.append(MASK)
+                continue
         name, eq, _value = arg.partition("=")
-        if name in flags:
+        if name in flags or is_secret_flag(name):
             if eq:
                 out.append(name + "=" + MASK)
             else:

@@ -14,7 +14,8 @@ ancestors as the probe groups servers; so a wait proves once and then, per readi
 psutil only about the holders it proved: each the same process (pid and start time) on the same
 addresses of the port. While the server holds its socket nobody can bind a colliding address
 (uvicorn sets no SO_REUSEPORT): the proof demands a socket that collides with the drain's
-host, so the request reaches a proven holder or none.
+host, and the request connects to the numeric address that proven socket covers (a name is
+resolved once, never again at connect time), so it reaches a proven holder or none.
 """
 from __future__ import annotations
 
@@ -93,7 +94,14 @@ class Target:
         if not self._still_proven():
             if not self._prove():
                 return _http.Response(None, None, "nothing listens on port %d (IPv4 or IPv6)" % self.port)
-        resp = _http.request(self.host, self.port, path, self.api_key, timeout=self.timeout)
+        # the literal address a proven socket covers: the name is not resolved again (its other
+        # address, ::1 beside 127.0.0.1, may be another user's socket, never seen by the proof)
+        held = [addr for _pid, _start, addrs in self.proven or () for addr in addrs]
+        connect = _ports.connect_address(held, self.host)
+        if connect is None:
+            raise SglangError("not draining port %d: the instance's server does not listen on %s; nothing was sent"
+                              % (self.port, self.host), reason="foreign_listener")
+        resp = _http.request(self.host, self.port, path, self.api_key, timeout=self.timeout, connect_to=connect)
         if resp.status is None and self._still_proven():
             # the server is there and did not answer (in time): its load is unknown, not zero
             raise SglangError("the instance's server on port %d listens but GET %s got no answer: %s. Nothing was "

@@ -2,7 +2,8 @@
 member list for teardown (a process cannot leave its cgroup without privileges, whatever it does
 to its title, environment, session or parent).
 
-Layout: <cgroup2 mount>/llmops-sglang.slice/<instance>/, mode 0700, owned by the module's user.
+Layout: <cgroup2 mount>/llmops-sglang.slice/<instance>/, the slice mode 0711 and each instance
+cgroup 0700, both owned by the module's user.
 Both layouts are found from /proc/self/mountinfo: pure v2 (/sys/fs/cgroup) and hybrid
 (/sys/fs/cgroup/unified).
 
@@ -77,15 +78,6 @@ def _check_owned_dir(path: str) -> None:
 def check_owned(path: str) -> None:
     """SglangError(unsafe_cgroup) unless `path` is a real directory owned by this user."""
     _check_owned_dir(path)
-
-
-def _mkdir_owned(path: str, mode: int) -> None:
-    try:
-        os.mkdir(path, mode)
-    except FileExistsError:
-        pass
-    _check_owned_dir(path)
-    os.chmod(path, mode)
 
 
 def _os_error(action: str, path: str, exc: OSError) -> SglangError:
@@ -201,6 +193,69 @@ def _take_over(path: str, name: str) -> None:
         os.close(fd)
 
 
+# The slice: only its owner (root or the module's user) may open it, so only a launcher can take
+# its claim lock (flock needs no write access: a 0755 slice let any user hold it for ever). Others
+# keep the search bit, enough to reach a cgroup whose name they know; nobody else needs to list it.
+SLICE_MODE = 0o711
+
+
+def _open_slice(mount: str) -> int:
+    """The slice's descriptor (made when missing), judged on it: a directory of this user, its
+    mode set to SLICE_MODE on the descriptor (an older 0755 slice is closed to others here)."""
+    path = slice_path(mount)
+    try:
+        try:
+            os.mkdir(path, SLICE_MODE)
+        except FileExistsError:
+            pass
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError as exc:
+        raise _os_error("create", path, exc)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise SglangError("cgroup %s exists owned by uid %d, not by this module's user (uid %d); refusing it"
+                              % (path, st.st_uid, os.geteuid()), reason="unsafe_cgroup", path=path)
+        if stat.S_IMODE(st.st_mode) != SLICE_MODE:
+            os.fchmod(fd, SLICE_MODE)
+    except OSError as exc:
+        os.close(fd)
+        raise _os_error("chmod", path, exc)
+    except SglangError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _pid_uid(pid: int) -> Optional[int]:
+    try:
+        return os.stat("/proc/%d" % pid).st_uid
+    except OSError:
+        return None
+
+
+def _holders_text(path: str) -> str:
+    """`pid P (uid U), ...` of the flock holders of `path` (/proc/locks), or "another launcher"."""
+    holders = lock_holders(path)
+    if not holders:
+        return "another launcher"
+    return "pid " + ", ".join("%d (uid %s)" % (p, _pid_uid(p)) for p in holders)
+
+
+def slice_problem(mount: str) -> Optional[str]:
+    """Why the slice's claim lock cannot be had (None when it can): held by a process of a user
+    other than root and the module's user, who opened the slice while it was readable (before
+    SLICE_MODE). A launcher's own hold lasts a few syscalls and is waited for; a stranger's is not
+    going away, so the launch plan refuses before anything is stopped."""
+    path = slice_path(mount)
+    strangers = [p for p in lock_holders(path) if _pid_uid(p) not in (0, os.geteuid())]
+    if not strangers:
+        return None
+    return ("the cgroup slice %s is locked by pid %s of another user (uid %s), which opened it while it "
+            "was readable: no launch can claim a cgroup until that process lets go (stop it)"
+            % (path, ", ".join(map(str, strangers)), ", ".join(str(_pid_uid(p)) for p in strangers)))
+
+
 def create(mount: str, name: str, owner: Optional[Dict[str, Any]] = None) -> str:
     """A fresh, empty instance cgroup owned by this user, CLAIMED by this process; its path.
 
@@ -211,16 +266,13 @@ def create(mount: str, name: str, owner: Optional[Dict[str, Any]] = None) -> str
     this instance: refused with reason cgroup_busy naming it. One with neither is removed and made
     again, so the new launch gets a new cgroup id and a stale record naming the old id can never
     reach the new server."""
-    try:
-        _mkdir_owned(slice_path(mount), 0o755)
-        slice_fd = os.open(slice_path(mount), _DIR_FLAGS)
-    except OSError as exc:
-        raise _os_error("create", slice_path(mount), exc)
+    slice_fd = _open_slice(mount)
     path = instance_path(mount, name)
     try:
         if not _flock(slice_fd, CLAIM_WAIT_S):
-            raise SglangError("cannot claim cgroup %s: another launcher has held %s for %g s"
-                              % (path, slice_path(mount), CLAIM_WAIT_S), reason="cgroup_busy", path=path)
+            raise SglangError("cannot claim cgroup %s: %s has held %s for %g s"
+                              % (path, _holders_text(slice_path(mount)), slice_path(mount), CLAIM_WAIT_S),
+                              reason="cgroup_busy", path=path, holders=lock_holders(slice_path(mount)))
         if os.path.lexists(path):
             _take_over(path, name)
         try:

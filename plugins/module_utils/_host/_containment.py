@@ -101,7 +101,8 @@ def _mount_or_fail() -> str:
 
 def launch_problem(name: str, backend: str) -> Optional[str]:
     """Why a launch with `backend` would be refused, checked without creating anything (check
-    mode): the instance cgroup (or unit) belongs to another user or still holds processes."""
+    mode): the instance cgroup (or unit) belongs to another user or still holds processes, or
+    another user holds the slice's claim lock (no cgroup could be claimed after the teardown)."""
     if backend == "systemd":
         unit = _systemd.unit_name(_record.validate_name(name))
         state = _systemd.active_state(unit)
@@ -115,6 +116,9 @@ def launch_problem(name: str, backend: str) -> Optional[str]:
     if not ok or mount is None:
         return "containment cgroup is not available: %s" % why
     path = _cgroup.instance_path(mount, _record.validate_name(name))
+    stuck = _cgroup.slice_problem(mount)
+    if stuck:
+        return stuck
     if not os.path.lexists(path):
         return None
     try:

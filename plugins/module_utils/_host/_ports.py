@@ -441,6 +441,24 @@ def _collide(a: Tuple[str, str], b: Tuple[str, str]) -> bool:
     return six[1] == "::"
 
 
+def connect_address(held: Iterable[Tuple[str, str]], host: Optional[str]) -> Optional[str]:
+    """The numeric address to connect to so that a request for `host` reaches one of the
+    sockets `held` ((family, address) of proven holders) and nothing else: a socket's own
+    address, or the loopback of its family for a wildcard. Only sockets that collide with
+    `host` count (the host's address the request is for); None when none does. Resolving the
+    name again at connect time could pick another of its addresses, one another user may hold."""
+    mine = host_addresses(host) if isinstance(host, str) else []
+    best: List[Tuple[int, str]] = []
+    for family, address in held:
+        sock = normal_address(family, address)
+        if mine and not any(_collide(sock, m) for m in mine):
+            continue
+        wildcard = sock[1] == _WILDCARD[sock[0]]
+        literal = ("127.0.0.1" if sock[0] == "ipv4" else "::1") if wildcard else sock[1]
+        best.append((int(wildcard) + (0 if sock in mine else 2), literal))
+    return sorted(best)[0][1] if best else None
+
+
 def address_conflict(family: Optional[str], address: Optional[str], host: Optional[str]) -> bool:
     """Does a listener on (family, address) collide with a server bound to `host`? A host that
     is unknown or cannot be resolved counts as colliding (the cautious answer)."""

@@ -410,14 +410,24 @@ class Readiness:
             return bad
         return self._check_health()
 
+    def _connect_to(self) -> Optional[str]:
+        """The numeric address of this launch's own socket that serves the host (a name is not
+        resolved again at connect time: its other address may be another user's listener, which
+        the owner check never sees while this launch's holders stay the same); one of its sockets
+        in any case when none serves the host. None: no socket of this launch is named (the host
+        as before)."""
+        ours = self.owners.ours if self.owners is not None else []
+        held = [(str(e.get("family")), str(e.get("address"))) for e in ours]
+        return _ports.connect_address(held, self.inst.host) or _ports.connect_address(held, None)
+
     def _remaining(self, cap: float) -> float:
         return max(0.5, min(cap, self.started + self.opts.timeout - self.clock()))
 
     def _check_server_info(self) -> Optional[Outcome]:
         if self.info is not None:
             return None
-        info, error, endpoint = _http.server_info(self.inst.host, self.inst.port or 0,
-                                                  self.opts.api_key, timeout=self._remaining(5.0))
+        info, error, endpoint = _http.server_info(self.inst.host, self.inst.port or 0, self.opts.api_key,
+                                                  timeout=self._remaining(5.0), connect_to=self._connect_to())
         self.info_endpoint = endpoint
         if info is None:
             if error and "unauthorized" in error:
@@ -452,7 +462,7 @@ class Readiness:
             return self._proven()
         cap = 30.0 if path == "/health_generate" else 5.0
         resp = _http.request(self.inst.host, self.inst.port or 0, path, self.opts.api_key,
-                             timeout=self._remaining(cap))
+                             timeout=self._remaining(cap), connect_to=self._connect_to())
         self.health_status = {"endpoint": path, "status": resp.status, "checked": True}
         if resp.status == 200:
             self._listening = True
@@ -488,7 +498,7 @@ class Readiness:
         proc = _procs.read_proc(self.inst.pid)  # the owner of the dump the proof may remove again
         check = dataclasses.replace(self.opts.work, server_uid=proc.uid if proc else None)
         self._work = _workproof.prove(check, self.inst.host, self.inst.port or 0, self.opts.api_key,
-                                      self.clock, self.sleep)
+                                      self.clock, self.sleep, connect_to=self._connect_to())
         if self._work.ok:
             return None
         if not self._alive():

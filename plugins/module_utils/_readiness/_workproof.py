@@ -151,10 +151,10 @@ def _remove_own(check: WorkCheck, before: Listing, result: WorkResult) -> WorkRe
 
 
 def _generate(check: WorkCheck, host: str, port: int, api_key: Optional[str],
-              clock: Callable[[], float], sleep: Callable[[float], None]) -> WorkResult:
+              clock: Callable[[], float], sleep: Callable[[float], None], connect_to: Optional[str]) -> WorkResult:
     before = list_dumps(check.dump_dir) if check.dump_dir else {}
     resp = _http.request(host, port, "/generate", api_key, method="POST", payload=GENERATE_PAYLOAD,
-                         timeout=check.timeout)
+                         timeout=check.timeout, connect_to=connect_to)
     if resp.status != 200:
         return WorkResult(False, check.kind, "POST /generate answered %s: the server is ready but does not generate"
                           % (resp.error or resp.status), resp.status)
@@ -176,8 +176,8 @@ def _generate(check: WorkCheck, host: str, port: int, api_key: Optional[str],
         sleep(DUMP_POLL_S)
 
 
-def _model_id(host: str, port: int, api_key: Optional[str], timeout: float) -> str:
-    resp = _http.request(host, port, "/v1/models", api_key, timeout=timeout)
+def _model_id(host: str, port: int, api_key: Optional[str], timeout: float, connect_to: Optional[str]) -> str:
+    resp = _http.request(host, port, "/v1/models", api_key, timeout=timeout, connect_to=connect_to)
     data = resp.body.get("data") if isinstance(resp.body, dict) else None
     first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
     return str(first.get("id") or "default")
@@ -192,11 +192,12 @@ def _reasoning_of(body: Any) -> str:
     return text.strip() if isinstance(text, str) else ""
 
 
-def _chat_reasoning(check: WorkCheck, host: str, port: int, api_key: Optional[str]) -> WorkResult:
-    payload = {"model": _model_id(host, port, api_key, check.timeout),
+def _chat_reasoning(check: WorkCheck, host: str, port: int, api_key: Optional[str],
+                    connect_to: Optional[str]) -> WorkResult:
+    payload = {"model": _model_id(host, port, api_key, check.timeout, connect_to),
                "messages": [{"role": "user", "content": CHAT_QUESTION}], "max_tokens": 256, "temperature": 0}
     resp = _http.request(host, port, "/v1/chat/completions", api_key, method="POST", payload=payload,
-                         timeout=check.timeout)
+                         timeout=check.timeout, connect_to=connect_to)
     reasoning = _reasoning_of(resp.body) if resp.status == 200 else ""
     if resp.status == 200 and reasoning:
         return WorkResult(True, check.kind, "POST /v1/chat/completions -> 200, reasoning_content %d chars"
@@ -209,12 +210,14 @@ def _chat_reasoning(check: WorkCheck, host: str, port: int, api_key: Optional[st
 
 
 def prove(check: WorkCheck, host: str, port: int, api_key: Optional[str],
-          clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> WorkResult:
-    """The proof's result; never raises for server trouble."""
+          clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+          connect_to: Optional[str] = None) -> WorkResult:
+    """The proof's result; never raises for server trouble. `connect_to`: the numeric address
+    of the launch's proven socket (requests never resolve `host` again; see _http.request)."""
     began = clock()
     if check.kind == "generate":
-        result = _generate(check, host, port, api_key, clock, sleep)
+        result = _generate(check, host, port, api_key, clock, sleep, connect_to)
     else:
-        result = _chat_reasoning(check, host, port, api_key)
+        result = _chat_reasoning(check, host, port, api_key, connect_to)
     result.seconds = round(clock() - began, 3)
     return result

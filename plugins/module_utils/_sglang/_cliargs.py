@@ -13,7 +13,8 @@ import json
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import MASK, SECRET_FLAGS, is_secret_env
+from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import MASK, SECRET_FLAGS, is_secret_env, \
+    is_secret_flag
 
 # Flags owned by dedicated module parameters (canonical name -> parameter). Their aliases are
 # caught through the introspected option_strings as well.
@@ -266,7 +267,8 @@ def sha256_text(text: str) -> str:
 
 
 def _secret_arg(flag: str) -> bool:
-    return flag in SECRET_FLAGS or flag.endswith("-token") or flag.endswith("-api-key")
+    """_redact's one secret-name rule (the env's): --ssl-keyfile-password, --x-secret, --x-token."""
+    return is_secret_flag(flag)
 
 
 def fingerprint_inputs(interpreter: str, sglang_version: str, entrypoint: str, model_path: str,

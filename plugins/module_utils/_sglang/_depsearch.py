@@ -11,12 +11,13 @@ but only one that _deps.trusted allows is ever run, or named.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import sys
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._host._record import read_json
 
 MAX_CHECKED = 8
 
@@ -28,10 +29,9 @@ def _record_interpreters(state_dirs: Iterable[str]) -> List[str]:
         for path in sorted(glob.glob(os.path.join(state_dir, "*.json"))):
             if path.endswith(".exit.json"):
                 continue
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    rec = json.load(fh)
-            except (OSError, ValueError):
+            try:  # O_NOFOLLOW|O_NONBLOCK, a regular file root or the module's user wrote: never a FIFO
+                rec = read_json(path)
+            except SglangError:
                 continue
             if isinstance(rec, dict) and isinstance(rec.get("interpreter"), str):
                 out.append(rec["interpreter"])

@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import shutil
+import stat
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -40,7 +41,7 @@ _END = "@@LLMOPS_INTERP_END@@"
 # than the rest of the answer. Anything else (a zip or an egg on the path, a finder of its own, an
 # unusual file) asks importlib.metadata, as before.
 _PROBE_SCRIPT = r"""
-import sys, os, json
+import errno, sys, os, json
 out = {"python_version": sys.version.split()[0], "executable": sys.executable,
        "prefix": sys.prefix, "base_prefix": getattr(sys, "base_prefix", sys.prefix)}
 loc = None
@@ -61,8 +62,29 @@ out["dist_path"] = None
 out["console_scripts"] = []
 
 
+class NotRegular(Exception):
+    pass
+
+
+def read_small(path, cap=262144):
+    # never blocks, never follows a final symlink: a FIFO planted as METADATA cannot hang the probe
+    import stat
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegular(path)  # a symlink
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegular(path)
+        return os.read(fd, cap).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
 def by_hand():
-    import io
     import importlib.machinery
     for finder in sys.meta_path:
         if getattr(finder, "find_distributions", None) is not None and finder is not importlib.machinery.PathFinder:
@@ -87,34 +109,38 @@ def by_hand():
             path = os.path.join(entry, child)
             if not low.endswith(".dist-info") or not os.path.isdir(path):
                 return None
-            with io.open(os.path.join(path, "METADATA"), encoding="utf-8") as fh:
-                head = fh.read().split("\n\n", 1)[0]
+            head = read_small(os.path.join(path, "METADATA")).split("\n\n", 1)[0]
             version = [line.split(":", 1)[1].strip() for line in head.splitlines()
                        if line.lower().startswith("version:")]
             if not version:
                 return None
             scripts, section = [], None
-            if os.path.exists(os.path.join(path, "entry_points.txt")):
-                with io.open(os.path.join(path, "entry_points.txt"), encoding="utf-8") as fh:
-                    for line in fh.read().splitlines():
-                        line = line.strip()
-                        if not line or line.startswith("#"):
-                            continue
-                        if line.startswith("[") and line.endswith("]"):
-                            section = line.strip("[]")
-                        elif "=" not in line:
-                            return None
-                        elif section == "console_scripts":
-                            scripts.append(line.split("=", 1)[0].strip())
+            if os.path.lexists(os.path.join(path, "entry_points.txt")):
+                for line in read_small(os.path.join(path, "entry_points.txt")).splitlines():
+                    line = line.strip()
+                    if not line or line.startswith("#"):
+                        continue
+                    if line.startswith("[") and line.endswith("]"):
+                        section = line.strip("[]")
+                    elif "=" not in line:
+                        return None
+                    elif section == "console_scripts":
+                        scripts.append(line.split("=", 1)[0].strip())
             return version[0], path, scripts
     return False
 
 
 try:
     found = by_hand()
+except NotRegular as exc:
+    # importlib.metadata would open the same file with a blocking open(): not tried
+    found = "not_regular"
+    out["metadata_error"] = "NotRegular: sglang metadata %s is not a regular file" % exc
 except Exception:
     found = None
-if found:
+if found == "not_regular":
+    pass
+elif found:
     out["version"], out["dist_path"], out["console_scripts"] = found
 elif found is False:
     out["metadata_error"] = "PackageNotFoundError: No package metadata was found for sglang"
@@ -337,17 +363,47 @@ def _interpreter(venv: Optional[str], path: str, data: Dict[str, Any]) -> Interp
 
 # --- discovery from metadata (nothing is executed) -----------------------------------------
 
+# A dist-info file worth reading is small; one larger is cut here (only its head is read).
+METADATA_CAP = 256 * 1024
+
+
+def read_small(path: str, cap: int = METADATA_CAP) -> Optional[str]:
+    """The first `cap` bytes of the regular file `path`, or None: never blocks and never follows a
+    final symlink (O_NONBLOCK|O_NOFOLLOW, S_ISREG on the descriptor), so another user's FIFO or
+    device planted as METADATA cannot hang a root module."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks: List[bytes] = []
+        left = cap
+        while left > 0:
+            chunk = os.read(fd, min(left, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _metadata_version(dist_info: str) -> Optional[str]:
     for name in ("METADATA", "PKG-INFO"):
-        try:
-            with open(os.path.join(dist_info, name), encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    if line.startswith("Version:"):
-                        return line.split(":", 1)[1].strip()
-                    if not line.strip():
-                        break
-        except OSError:
+        text = read_small(os.path.join(dist_info, name))
+        if text is None:
             continue
+        for line in text.splitlines():
+            if line.startswith("Version:"):
+                return line.split(":", 1)[1].strip()
+            if not line.strip():
+                break
     base = os.path.basename(dist_info)
     return base[len("sglang-"):].rsplit(".", 1)[0] or None
 
@@ -446,7 +502,9 @@ def where_is_sglang(interp: Interpreter, search_paths: Optional[List[str]] = Non
 def untrusted_install(item: Dict[str, Any]) -> Optional[str]:
     """Why an install found by discover() must not be suggested (see _deps.untrusted_reason),
     judged by its interpreter, else by its package directory; None when it may be."""
-    path = item.get("python") or item.get("location") or item.get("dist_info")
+    if item.get("python"):
+        return _deps.interpreter_reason(item["python"])
+    path = item.get("location") or item.get("dist_info")
     return _deps.untrusted_reason(path) if path else "no path"
 
 
@@ -485,7 +543,7 @@ def in_use(servers: List[Dict[str, Any]], records: List[Dict[str, Any]], install
             return
         item = {"python": path, "venv": venv, "sglang_version": version or _version_of(python, venv, installs),
                 "source": source}
-        why = _deps.untrusted_reason(path)
+        why = _deps.interpreter_reason(path)
         if why is None:
             found.append(item)
         elif untrusted is not None:
