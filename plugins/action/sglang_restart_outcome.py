@@ -17,6 +17,7 @@ message, so the cause is printed once, in the summary.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from ansible.plugins.action import ActionBase
@@ -104,6 +105,7 @@ class ActionModule(ActionBase):
             self._remove_tmp_path(self._connection._shell.tmpdir)
         out = restart_outcome(data)
         out["rollback_due"] = due
+        out["at"] = time.strftime("%Y-%m-%d %H:%M:%S")  # when it was checked (the controller's clock)
         self._verbose_always = False
         if not due:
             self._show(out["summary"])

@@ -43,7 +43,9 @@ def _ran(result: Mapping[str, Any]) -> bool:
 
 
 def _failed(result: Mapping[str, Any]) -> bool:
-    return _ran(result) and bool(result.get("failed"))
+    """The module failed: `failed`, or a failure its task reported instead of failing on
+    (failed_when: Ansible keeps the module's exception under failed_when_suppressed_exception)."""
+    return _ran(result) and (bool(result.get("failed")) or "failed_when_suppressed_exception" in result)
 
 
 def _pid(result: Mapping[str, Any]) -> Optional[int]:
@@ -78,7 +80,7 @@ def _teardown(data: Mapping[str, Any]) -> Dict[str, Any]:
     if data.get("check_mode") and isinstance(plan.get("teardown"), Mapping):
         return dict(plan["teardown"])
     td = _d(data, "teardown")
-    return td if _ran(td) and _tags(data)["teardown_alone"] else {}
+    return td if _ran(td) and (_tags(data)["teardown_alone"] or data.get("teardown_is_the_old_servers")) else {}
 
 
 def _selected(data: Mapping[str, Any], tag: str) -> bool:
@@ -202,6 +204,11 @@ def _work(data: Mapping[str, Any]) -> Dict[str, Any]:
     return {}
 
 
+def _log_hint(path: Any) -> str:
+    """' (log: tail -f PATH)' for a task's title, or nothing."""
+    return " (log: tail -f %s)" % path if path else ""
+
+
 def restart_decide(data: Mapping[str, Any]) -> Dict[str, Any]:
     """Every decision between the restart's steps, from the results so far.
 
@@ -250,7 +257,7 @@ def restart_decide(data: Mapping[str, Any]) -> Dict[str, Any]:
         "launched": launched,
         "ready_due": (not refused and _ran(plan) and not (check and replace)
                       and (launched or not launch)),
-        "log_path": launch.get("log_path") or (plan.get("record") or {}).get("log_path") or "-",
+        "log_hint": _log_hint(launch.get("log_path") or (plan.get("record") or {}).get("log_path")),
         "ready_record": launch.get("record") if launched else None,
         # the settle window guards the seconds after a fresh ready line; for a server this run
         # did not launch, the final check holds what is left of it (restart_outcome)
@@ -460,6 +467,8 @@ def _ready_line(ready: Mapping[str, Any]) -> str:
 
 
 def _verified(data: Mapping[str, Any]) -> str:
+    if isinstance(data.get("verified"), str) and data.get("verified"):
+        return str(data["verified"])  # older step results say it themselves
     work = _d(data, "ready").get("work")
     verify = data.get("verify") or "none"
     if isinstance(work, Mapping) and work:
@@ -543,7 +552,8 @@ def _summary(data: Mapping[str, Any], head: str, cause: str, released: bool) -> 
     if dec["lock"].get("reason") not in ("locked", "lock_failed"):  # a lock refusal is the cause
         plan_line += "; lock: " + _lock_line(data, released)
     lines.append(plan_line)
-    if (_ran(td) and (td.get("targets") or td.get("failed") or not launch.get("changed"))) or check:
+    if (_ran(td) and (td.get("targets") or td.get("killed") or td.get("failed") or not launch.get("changed"))) \
+            or check:
         spared = td.get("spared") or []
         stopped = "stopped: " + _stopped_line(td, check)
         if spared:
@@ -564,7 +574,7 @@ def _summary(data: Mapping[str, Any], head: str, cause: str, released: bool) -> 
         lines.append(text)
         if ready.get("ready") and launch.get("changed"):
             lines.append("startup timeline: " + _timeline(ready))
-        if data.get("verify") not in (None, "none") or ready.get("work"):
+        if data.get("verify") not in (None, "none") or ready.get("work") or data.get("verified"):
             lines.append("verify: " + _verified(data))
     elif live["checked"] and not check and not rb["attempted"]:
         lines.append("server: " + _live_text(live))
@@ -608,7 +618,8 @@ def restart_outcome(data: Mapping[str, Any]) -> Dict[str, Any]:
         "state": state, "head": head, "summary": lines, "failed": failed, "reason": reason, "cause": cause,
         "failed_task": _failed_step(data, reason) if failed else "",
         "failed_msg": cause,
-        "rollback": {k: rb[k] for k in ("attempted", "rolled_back", "pid", "reason")} if rb["attempted"] else {},
+        "rollback": dict({k: rb[k] for k in ("attempted", "rolled_back", "pid", "reason")},
+                         since_launch=rb["ready"].get("since_launch")) if rb["attempted"] else {},
         "restarted": state == "replaced",
         "rolled_back": state == "rolled_back",
         "serving_pid": serving_pid,

@@ -239,6 +239,18 @@ def test_a_port_taken_during_the_teardowns_check_is_rolled_back_or_said_down():
     assert "partly stopped" not in "\n".join(out["summary"])
 
 
+def test_a_failure_its_task_reported_instead_of_failing_on_is_a_failure():
+    """The restart's steps do not fail their tasks (failed_when): Ansible sets failed false and
+    keeps the module's exception under failed_when_suppressed_exception."""
+    reported = dict(CRASH, failed=False, failed_when_result=False, failed_when_suppressed_exception="(traceback)")
+    data = {"plan": PLAN_CHANGE, "launch": LAUNCH, "ready": reported, "live": DEAD}
+    assert restart_rollback(data)["due"]
+    out = run(**data)
+    assert out["reason"] == "fatal_log" and out["failed_task"] == "Wait until the server is ready"
+    plan = dict(REFUSALS["unknown flag"], failed=False, failed_when_suppressed_exception="(traceback)")
+    assert restart_decide({"plan": plan})["refused"]
+
+
 def test_an_unexpected_task_error_is_named():
     out = run(plan=PLAN_RUNNING, error={"task": "Keep the plan", "msg": "template error"}, live=live(pid=100))
     assert out["failed"] and out["failed_task"] == "Keep the plan"
