@@ -233,7 +233,7 @@ def restart_decide(data: Mapping[str, Any]) -> Dict[str, Any]:
     refused = bool(reason)
     replace = not refused and _ran(plan) and (bool(plan.get("changed")) or bool(data.get("force")))
     launch = _launch(data)
-    launched = bool(launch.get("changed")) and not launch.get("failed")
+    launched = bool(launch.get("changed")) and not _failed(launch)
     lock = _lock(data)
     token = lock.get("token") if lock.get("reason") in ("taken", "taken_over", "held") else None
     # the old dumps are the operator's data: emptied only when asked, and never when the server

@@ -115,6 +115,7 @@ def test_the_lock_line_is_true_in_check_mode_and_after_the_release(one_host):
     inv, hv = one_host
     first, out = _play(inv, "restart_serving.yml")
     assert first.returncode == 0, out[-4000:]
+    assert len(out.splitlines()) <= 40, "a successful restart in %d lines:\n%s" % (len(out.splitlines()), out)
     assert "lock: taken (" in out and "); released" in out, out[-4000:]
     assert "lock: held by this run" not in out
     check, out = _play(inv, "restart_serving.yml", {"sglang_serving_args": {"mem-fraction-static": 0.6}}, "--check")

@@ -39,11 +39,12 @@ def _record(extra: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _first_summary_line(out: str) -> str:
-    """The first line of the summary debug task: '<name> on localhost: <state>'."""
-    marker = "on localhost: "
-    lines = [line for line in out.splitlines() if marker in line and "restart of" not in line]
+    """The summary's first line (the last printed: after a rollback), '<name> on localhost: <state>'."""
+    marker = " on localhost: "
+    lines = [line for line in out.splitlines() if marker in line and not line.startswith(("TASK", "fatal", "["))
+             and "restart of" not in line]
     assert lines, out[-4000:]
-    return lines[0].split(marker, 1)[1].strip().rstrip("'\",")
+    return lines[-1].split(marker, 1)[1].strip().rstrip("'\",")
 
 
 def _teardown(extra: Dict[str, Any], tmp_path) -> None:
@@ -63,7 +64,7 @@ def test_crash_of_the_new_config_rolls_back_to_the_old_one(tmp_path):
         out = second.stdout + second.stderr
         assert second.returncode != 0, out[-4000:]  # the host still fails: the roll stops
         assert _first_summary_line(out) == "serving OLD config (rolled back)", out[-4000:]
-        assert "serves the previous configuration" in out
+        assert "failed: serving OLD config (rolled back)" in out
         now = _record(extra)
         assert now["pid"] != old["pid"]
         assert _procs.is_alive(now["pid"], now.get("start_time"))

@@ -249,6 +249,11 @@ def test_a_failure_its_task_reported_instead_of_failing_on_is_a_failure():
     assert out["reason"] == "fatal_log" and out["failed_task"] == "Wait until the server is ready"
     plan = dict(REFUSALS["unknown flag"], failed=False, failed_when_suppressed_exception="(traceback)")
     assert restart_decide({"plan": plan})["refused"]
+    died = {"changed": True, "failed": False, "failed_when_suppressed_exception": "(traceback)", "reason": "died",
+            "msg": "the server died right after the launch", "teardown": TD}
+    data = {"plan": PLAN_CHANGE, "launch": died, "live": DEAD}
+    assert not restart_decide(data)["ready_due"] and restart_rollback(data)["due"]
+    assert run(**data)["failed_task"] == "Launch the new server, once the old one is stopped and proven gone (one call)"
 
 
 def test_an_unexpected_task_error_is_named():
