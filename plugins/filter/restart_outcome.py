@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 # The states of a finished restart; docs/roles.md states each one's wording and what is true
 # on the host when it is printed.
-STATES = ("check", "refused", "unchanged", "adopted", "replaced", "rolled_back", "partly_stopped", "down")
+STATES = ("check", "refused", "unchanged", "adopted", "replaced", "rolled_back", "partly_stopped", "down", "stopped")
 
 # Plan reasons that mean a server of the instance runs (alive, recorded).
 _RUNNING_REASONS = ("running", "config_changed", "unresponsive")
@@ -311,6 +311,8 @@ def restart_rollback(data: Mapping[str, Any]) -> Dict[str, Any]:
         return {"due": False, "why": "check mode"}
     if _rollback(data)["attempted"]:
         return {"due": False, "why": "the rollback ran"}
+    if _tags(data)["teardown_alone"]:
+        return {"due": False, "why": "--tags teardown stops the server and leaves it down"}
     if _new_serving(data):
         return {"due": False, "why": "the new server serves"}
     td = _teardown(data)
@@ -415,6 +417,8 @@ def _state(data: Mapping[str, Any]) -> Tuple[str, str]:
                         "check)" % ports if td.get("reason") == "port_still_held"
                         else "DOWN (no server: the old server is stopped; %s)" % td.get("reason"))
     ready = _d(data, "ready")
+    if dec["teardown_alone"] and _ran(td) and not _failed(td) and not launch:
+        return "stopped", "DOWN (stopped as asked: --tags teardown runs the teardown without the launch)"
     if launch.get("changed"):
         if ready.get("ready") and serving is not False and (pid is None or pid == _pid(launch)):
             return "replaced", "serving NEW config"
@@ -599,7 +603,7 @@ def restart_outcome(data: Mapping[str, Any]) -> Dict[str, Any]:
     check = bool(data.get("check_mode"))
     plan, td, launch, ready = _d(data, "plan"), _teardown(data), _launch(data), _d(data, "ready")
     rb, live = _rollback(data), _live(data)
-    failed = state not in ("replaced", "unchanged", "adopted", "check") or (check and dec["refused"])
+    failed = state not in ("replaced", "unchanged", "adopted", "check", "stopped") or (check and dec["refused"])
     reason, cause = _failure_cause(data) if failed else ("", "")
     token = dec["lock"].get("token")
     by_ready = bool(token) and (ready.get("operation_lock_released") or {}).get("token") == token

@@ -30,16 +30,11 @@ def _play(inv: str, playbook: str, extra: Optional[Dict[str, Any]] = None, *args
 def _head(out: str, hv: Dict[str, Any]) -> str:
     """The summary's first line (the last one printed for the instance), without the names."""
     marker = "%s on h1: " % hv["sglang_name"]
-    heads = [line.split(marker, 1)[1].strip() for line in out.splitlines() if line.startswith(marker)]
+    # a plain line (or, before the state machine, an item of a YAML list: "- '<name> on h1: ...'")
+    heads = [line.split(marker, 1)[1].strip().rstrip("'") for line in out.splitlines()
+             if line.lstrip(" -'").startswith(marker)]
     assert heads, out[-4000:]
     return heads[-1]
-
-
-def _summary(out: str, hv: Dict[str, Any]) -> List[str]:
-    lines = out.splitlines()
-    start = max(i for i, line in enumerate(lines) if line.startswith("%s on h1: " % hv["sglang_name"]))
-    end = next(i for i in range(start, len(lines)) if lines[i].startswith(("ok: [", "changed: [", "fatal: [")))
-    return lines[start:end]
 
 
 def _serves(hv: Dict[str, Any]) -> bool:

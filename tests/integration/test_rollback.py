@@ -64,7 +64,7 @@ def test_crash_of_the_new_config_rolls_back_to_the_old_one(tmp_path):
         out = second.stdout + second.stderr
         assert second.returncode != 0, out[-4000:]  # the host still fails: the roll stops
         assert _first_summary_line(out) == "serving OLD config (rolled back)", out[-4000:]
-        assert "failed: serving OLD config (rolled back)" in out
+        assert "': serving OLD config (rolled back)" in out  # the host's failure says where it stands
         now = _record(extra)
         assert now["pid"] != old["pid"]
         assert _procs.is_alive(now["pid"], now.get("start_time"))

@@ -120,7 +120,7 @@ def test_new_config_never_ready_rolls_back_to_the_old_one(tmp_path):
         assert "failed at: Wait until the server is ready" in summary, summary
         assert "ready: NO (" in summary, summary  # the new configuration's verdict, kept
         assert "rollback: old config relaunched, pid %d" % _record(names)["pid"] in summary, summary
-        assert "restart of %s failed: serving OLD config (rolled back)" % names["name"] in out
+        assert "': serving OLD config (rolled back)" in out  # the host's failure says where it stands
         now = _assert_old_config_back(old, names, extra["sglang_port"])
         assert "SGLANG_EMULATOR_FAULT" not in now["fingerprint_inputs"]["env"]
         assert "SGLANG_EMULATOR_FAULT" not in psutil.Process(now["pid"]).environ()

@@ -333,6 +333,13 @@ def test_the_tags_pick_one_call_or_the_teardown_alone():
     assert not restart_decide({"plan": PLAN_CHANGE, "run_tags": ["launch"]})["one_call"]
 
 
+def test_tags_that_pick_the_teardown_alone_leave_the_host_down_as_asked():
+    data = {"plan": PLAN_CHANGE, "run_tags": ["teardown"], "teardown": TD, "live": DEAD}
+    out = run(**data)
+    assert out["state"] == "stopped" and not out["failed"] and out["head"].startswith("DOWN (stopped as asked")
+    assert not restart_rollback(data)["due"]
+
+
 def test_a_forced_restart_of_an_unchanged_server_is_warmed_by_its_own_task():
     dec = restart_decide({"plan": PLAN_RUNNING, "force": True, "prewarm": True})
     assert dec["replace"] and dec["prewarm_here"]
