@@ -10,6 +10,15 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export SGLANG_EMULATOR_PYTHON := $(CURDIR)/$(EMU_VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
+# The pytest suites run their files side by side (pytest-xdist): TEST_WORKERS processes, each
+# file's tests on one worker in file order (--dist loadfile: the tests of one file may share an
+# instance name or a module-scoped fixture; across files names, ports and state dirs are per test,
+# the cleanup marker per worker). TEST_WORKERS=0 runs a suite in one process. --durations shows
+# the slow tests of every run.
+TEST_WORKERS ?= 4
+SUITE := $(PYTEST) -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
+# `$(call timed,NAME,COMMAND)`: COMMAND, then `== NAME: N s` (the per-suite times of docs/development.md)
+timed = echo "== $(1): $(2)"; start=$$(date +%s); $(2); echo "== $(1): $$(( $$(date +%s) - start )) s"
 # ansible.cfg's collections_path = ./collections: this link makes the checkout itself the
 # collection llmops.sglang for ad hoc use and the tests. Made here, never committed (gitignored).
 COLLECTION_LINK := collections/ansible_collections/llmops/sglang
@@ -19,8 +28,8 @@ COLLECTION_LINK := collections/ansible_collections/llmops/sglang
 
 help:
 	@echo "make demo   - set up and run restart_extraction.yml against the emulator on localhost"
-	@echo "make test   - every test: unit, emulator, integration, security, faults, molecule, ansible-lint,"
-	@echo "              sanity, build, packaging"
+	@echo "make test   - every test: ansible-lint and sanity first, then unit, emulator, integration, security,"
+	@echo "              faults, molecule, build, packaging (TEST_WORKERS=N: pytest workers, default 4)"
 	@echo "make bench  - benchmarks -> docs/benchmarks.md"
 
 venv: $(VENV)/.stamp $(COLLECTION_LINK)
@@ -46,46 +55,47 @@ $(EMU_VENV)/.stamp: $(shell find tests/emulator -name '*.py' -o -name 'pyproject
 demo: venv emulator-venv
 	./scripts/demo.sh
 
-test: venv emulator-venv test-unit test-emulator test-integration test-security test-faults test-molecule lint sanity build \
-      test-packaging
+# Fail fast: the static checks first (seconds to minutes), then the suites, quickest first.
+test: venv emulator-venv router-venv lint sanity test-unit test-emulator test-integration test-security test-faults \
+      test-molecule build test-packaging
 
 test-unit: venv
-	$(PYTEST) -q tests/unit
+	@$(call timed,test-unit,$(SUITE) tests/unit)
 
 test-emulator: venv emulator-venv
-	$(PYTEST) -q tests/emulator/tests
+	@$(call timed,test-emulator,$(SUITE) tests/emulator/tests)
 
 test-integration: venv emulator-venv router-venv
-	$(PYTEST) -q tests/integration
+	@$(call timed,test-integration,$(SUITE) tests/integration)
 
 # One test per finding of the shared-host threat model (root, a throwaway user, private PID namespaces)
 test-security: venv emulator-venv
-	$(PYTEST) -q tests/security
+	@$(call timed,test-security,$(SUITE) tests/security)
 
 # One test per honest fault a restart meets (full disks, benign warnings, interrupted plays, ...)
 test-faults: venv emulator-venv
-	$(PYTEST) -q tests/faults
+	@$(call timed,test-faults,$(SUITE) tests/faults)
 
 test-molecule: venv emulator-venv
-	./scripts/molecule.sh
+	@$(call timed,test-molecule,./scripts/molecule.sh)
 
 # ansible-builder renders an execution-environment context from the collection's artifact and its
 # introspection finds requirements.txt / bindep.txt (installs ansible-builder into tests/output/)
 test-packaging: venv
-	$(PYTEST) -q tests/packaging
+	@$(call timed,test-packaging,$(PYTEST) -q --durations=15 tests/packaging)
 
 lint: venv
-	$(BIN)/ansible-lint --profile production --offline
+	@$(call timed,lint,$(BIN)/ansible-lint --profile production --offline)
 
 sanity: venv
-	./scripts/sanity.sh
+	@$(call timed,sanity,./scripts/sanity.sh)
 
 build: venv
-	./scripts/build.sh
+	@$(call timed,build,./scripts/build.sh)
 
 # SSH hosts in network + PID namespaces (root, ip netns, openssh-server via apt): docs/multihost.md
 test-multihost: venv emulator-venv
-	./scripts/multihost.sh
+	@$(call timed,test-multihost,./scripts/multihost.sh)
 
 bench: venv emulator-venv router-venv
 	$(BIN)/python benchmarks/run_all.py

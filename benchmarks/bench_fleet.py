@@ -1,24 +1,71 @@
-"""Fleet: playbooks/restart_extraction.yml wall time for 1, 8 and 32 hosts.
+"""Fleet: playbooks/restart_extraction.yml for 1, 8, 32 and 64 simulated hosts, and the
+controller's CPU per host.
 
-The hosts are local-connection aliases (h01..hNN) in a generated inventory: each has its own
-emulator port, state dir, log dir and dump dir, and its own server. **tp 1** per host (32 hosts
-x 8 ranks would be 384 processes on a 2-core machine; the per-host playbook work does not depend
-on tp). `sglang_serial` is set to 100 % so that every host restarts at once, limited by the
-configured forks (ansible.cfg: 16); the playbook's default rolling restart (serial 1) would take
-about N times the one-host time. Each size is one fresh run (nothing running before; three runs
-for 1 host, the reference), followed by playbooks/teardown.yml, also timed (the 32-host run alone
-takes over two minutes here).
+The hosts are local-connection aliases (h01..hNN) in a generated inventory. Each is a separate
+SGLang host as far as the collection can tell: its own instance name (`bench-fleet-hNN`, hence
+its own cgroup, lock, record and marker), emulator port, state dir, log dir and dump dir. A real
+fleet never has two hosts sharing an instance; the previous version of this benchmark gave every
+alias the same name, so their cgroups and records collided and the 8- and 32-host runs failed.
+
+**tp 1** per host (32 hosts x 8 ranks would be 384 processes on a 2-core machine; the per-host
+playbook work does not depend on tp). `sglang_serial: 100%` so that every host restarts at once,
+limited by the configured forks. Per size, in one run: a fresh start, a converged re-run
+(changed=0 expected), a forced restart (`sglang_force`), then playbooks/teardown.yml.
+
+The controller's CPU is the CPU time of the `ansible-playbook` process tree (getrusage of the
+waited-for children: the playbook, its forks, and - with the local connection - the modules they
+run; the launched servers are not in it: they leave the tree at their spawn). A run that fails is
+reported as a failure and publishes no figure.
 """
 from __future__ import annotations
 
 import configparser
 import json
 import os
+import re
+import resource
+import shlex
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import common as C
-from bench_restart import recap
+
+
+def recaps(text: str) -> Dict[str, Dict[str, int]]:
+    """PLAY RECAP's counters per host (the last recap in `text`)."""
+    tail = text.rsplit("PLAY RECAP", 1)[-1] if "PLAY RECAP" in text else ""
+    return {m.group(1): {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+            for m in re.finditer(r"^(\S+)\s*:\s*(ok=.*)$", tail, re.M)}
+
+
+def meter(base: str) -> Tuple[str, str]:
+    """An interpreter wrapper that logs the CPU of each module it runs (bash `times` after the
+    module's python exits): with the local connection the modules are children of the playbook's
+    forks, but on a real fleet they run on the managed host, so they are subtracted."""
+    log = os.path.join(base, "module-cpu.log")
+    wrapper = os.path.join(base, "python-meter")
+    with open(wrapper, "w") as fh:
+        fh.write("#!/bin/bash\n%s \"$@\"\nrc=$?\ntimes >> %s\nexit $rc\n"
+                 % (shlex.quote(C.CTL_PY), shlex.quote(log)))
+    os.chmod(wrapper, 0o755)
+    return wrapper, log
+
+
+def module_cpu(log: str) -> float:
+    """Seconds the metered modules used since the last call (the log is emptied)."""
+    total = 0.0
+    if os.path.exists(log):
+        with open(log) as fh:
+            for line in fh.readlines()[1::2]:  # `times`: the shell's line, then its children's
+                for m, sec in re.findall(r"(\d+)m([\d.]+)s", line):
+                    total += int(m) * 60 + float(sec)
+        os.unlink(log)
+    return total
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def playbook(pb: str, extra: Dict[str, Any], more: Optional[List[str]] = None, inventory: Optional[str] = None
@@ -29,10 +76,12 @@ def playbook(pb: str, extra: Dict[str, Any], more: Optional[List[str]] = None, i
         json.dump(extra, fh)
     argv = [C.ANSIBLE_PLAYBOOK, "-i", inventory or os.path.join(C.ROOT, "inventory", "local.yml"),
             os.path.join(C.ROOT, "playbooks", pb), "-e", "@" + ev] + (more or [])
-    rc, wall, out = C.run_timed(argv, timeout=600)
+    cpu0 = _children_cpu()
+    rc, wall, out = C.run_timed(argv, timeout=900)
+    cpu = _children_cpu() - cpu0
     with open(C.path("fleet", "out-%s-%d.log" % (pb, int(time.time() * 1000))), "w") as fh:
         fh.write(out)
-    return {"rc": rc, "wall": wall, "recap": recap(out), "tail": out[-1500:] if rc else ""}
+    return {"rc": rc, "wall": wall, "cpu": cpu, "recap": recaps(out), "tail": out[-1500:] if rc else ""}
 
 
 def forks() -> int:
@@ -41,23 +90,39 @@ def forks() -> int:
     return cp.getint("defaults", "forks", fallback=5)
 
 
-def inventory(n: int) -> str:
-    base = C.mkdir("fleet", "n%d" % n)
-    lines = ["---", "all:", "  children:", "    bench_fleet:", "      hosts:"]
+def distinct_ports(n: int) -> List[int]:
+    """n free ports, no two alike: the kernel may hand the same free port out twice in a row."""
+    ports: List[int] = []
+    while len(ports) < n:
+        p = C.free_port()
+        if p not in ports:
+            ports.append(p)
+    return ports
+
+
+def host_vars(n: int, base: str) -> Dict[str, Dict[str, Any]]:
+    """Per simulated host: everything that makes it a separate host to the collection."""
+    hosts = {}
+    ports = distinct_ports(n)
     for i in range(1, n + 1):
         h = "h%02d" % i
-        lines += [
-            "        %s:" % h,
-            "          sglang_port: %d" % C.free_port(),
-            "          sglang_state_dir: %s/%s/state" % (base, h),
-            "          sglang_log_dir: %s/%s/logs" % (base, h),
-            "          sglang_extraction_dump_dir: %s/fleet-n%d-%s" % (C.SHM_ROOT, n, h),
-        ]
+        hosts[h] = {"sglang_name": "bench-fleet-%s" % h, "sglang_port": ports[i - 1],
+                    "sglang_state_dir": "%s/%s/state" % (base, h), "sglang_log_dir": "%s/%s/logs" % (base, h),
+                    "sglang_extraction_dump_dir": "%s/fleet-n%d-%s" % (C.SHM_ROOT, n, h)}
+    return hosts
+
+
+def inventory(n: int) -> str:
+    base = C.mkdir("fleet", "n%d" % n)
+    wrapper, _ = meter(base)
+    lines = ["---", "all:", "  children:", "    bench_fleet:", "      hosts:"]
+    for h, hv in host_vars(n, base).items():
+        lines.append("        %s:" % h)
+        lines += ["          %s: %s" % (k, v) for k, v in hv.items()]
     lines += [
         "      vars:",
         "        ansible_connection: local",
-        "        ansible_python_interpreter: %s" % C.CTL_PY,
-        "        sglang_name: bench-fleet",
+        "        ansible_python_interpreter: %s" % wrapper,
         "        sglang_venv: %s" % C.EMU_VENV,
         "        sglang_model_path: %s" % os.path.join(C.ROOT, "inventory", "files", "demo-model"),
         "        sglang_host: 127.0.0.1",
@@ -83,81 +148,93 @@ def inventory(n: int) -> str:
 
 
 def run(quick: bool = False) -> Dict[str, Any]:
-    sizes = [1, 4] if quick else [1, 8, 32]
+    sizes = [1, 4] if quick else [1, 8, 32, 64]
     os.makedirs(C.SHM_ROOT, exist_ok=True)  # the dump dirs' parent (the role runs df on it)
-    out = []
-    one_host_runs = 1 if quick else 3  # the reference for "vs 1 host": median of 3
+    rows = []
     for n in sizes:
         inv = inventory(n)
         common = {"sglang_hosts": "bench_fleet", "sglang_serial": "100%"}
-        for k in range(one_host_runs if n == 1 else 1):
-            r = playbook("restart_extraction.yml", common, inventory=inv)
-            td = playbook("teardown.yml", dict(common, sglang_purge_dumps_on_teardown=True), inventory=inv)
-            out.append({"hosts": n, "wall": r["wall"], "rc": r["rc"], "tail": r["tail"],
-                        "teardown_wall": td["wall"], "teardown_rc": td["rc"]})
-            C.log("fleet: %d hosts restart %.1f s rc=%d, teardown %.1f s rc=%d" % (
-                n, r["wall"], r["rc"], td["wall"], td["rc"]))
-    return {"sizes": sizes, "forks": forks(), "rows": _merge(out)}
+        row: Dict[str, Any] = {"hosts": n}
+        for phase, extra in (("fresh", {}), ("converged", {}), ("forced", {"sglang_force": True})):
+            module_cpu(os.path.join(os.path.dirname(inv), "module-cpu.log"))
+            r = playbook("restart_extraction.yml", dict(common, **extra), inventory=inv)
+            r["modules_cpu"] = module_cpu(os.path.join(os.path.dirname(inv), "module-cpu.log"))
+            r["controller_cpu"] = max(0.0, r["cpu"] - r["modules_cpu"])
+            row[phase] = r
+            C.log("fleet: %d hosts %s %.1f s cpu %.1f s (modules %.1f s) rc=%d changed=%d" % (
+                n, phase, r["wall"], r["cpu"], r["modules_cpu"], r["rc"], sum(h.get("changed", 0) for h in r["recap"].values())))
+            if r["rc"]:
+                break
+        row["teardown"] = playbook("teardown.yml", dict(common, sglang_purge_dumps_on_teardown=True), inventory=inv)
+        rows.append(row)
+    return {"sizes": sizes, "forks": forks(), "rows": rows}
 
 
-def _merge(out: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """One row per size: medians over the runs of that size (the 1-host size has 3)."""
-    rows = []
-    for n in sorted(set(r["hosts"] for r in out)):
-        sel = [r for r in out if r["hosts"] == n]
-        rows.append({"hosts": n, "runs": len(sel), "wall": C.median(r["wall"] for r in sel),
-                     "each": [r["wall"] for r in sel], "rc": max(r["rc"] for r in sel),
-                     "tail": next((r["tail"] for r in sel if r["rc"]), ""),
-                     "teardown_wall": C.median(r["teardown_wall"] for r in sel),
-                     "teardown_rc": max(r["teardown_rc"] for r in sel)})
-    return rows
+def _ok(row: Dict[str, Any]) -> bool:
+    """Green: every phase ran with rc 0 and the converged run changed nothing on any host."""
+    phases = [row.get(p) for p in ("fresh", "converged", "forced")]
+    if any(p is None or p["rc"] for p in phases) or row["teardown"]["rc"]:
+        return False
+    conv = row["converged"]["recap"]
+    return len(conv) == row["hosts"] and all(h.get("changed", 0) == 0 for h in conv.values())
 
 
 def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str, Any]:
     rows = data["rows"]
-    one = next((r["wall"] for r in rows if r["hosts"] == 1), None)
+    green = [r for r in rows if _ok(r)]
+    failed = [r for r in rows if not _ok(r)]
     table = []
-    for r in rows:
-        per_host = r["wall"] / r["hosts"]
-        extra = "-" if r["hosts"] == 1 or one is None else C.fmt_s((r["wall"] - one) / (r["hosts"] - 1), 2)
-        table.append(["%d (%s)" % (r["hosts"], "median of %d: %s" % (r["runs"], ", ".join(C.fmt_s(x, 1) for x in r["each"]))
-                                   if r.get("runs", 1) > 1 else "1 run"), C.fmt_s(r["wall"], 1), C.fmt_s(per_host, 2), extra,
-                      "%.1fx" % (r["wall"] / one) if one else "-",
-                      "ok" if r["rc"] == 0 else "rc=%d" % r["rc"], C.fmt_s(r["teardown_wall"], 1)])
+    for r in green:
+        n = r["hosts"]
+        table.append([str(n), C.fmt_s(r["fresh"]["wall"], 1), C.fmt_s(r["converged"]["wall"], 1),
+                      C.fmt_s(r["forced"]["wall"], 1), C.fmt_s(r["converged"]["controller_cpu"] / n, 2),
+                      C.fmt_s(r["forced"]["controller_cpu"] / n, 2), C.fmt_s(r["converged"]["modules_cpu"] / n, 2),
+                      C.fmt_s(r["forced"]["modules_cpu"] / n, 2), C.fmt_s(r["teardown"]["wall"], 1)])
     plt = C.plt()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    hs = [r["hosts"] for r in rows]
-    a1.plot(hs, [r["wall"] for r in rows], "o-", label="restart_extraction.yml")
-    a1.plot(hs, [r["teardown_wall"] for r in rows], "s--", label="teardown.yml")
-    if one:
-        a1.plot(hs, [one * h for h in hs], ":", color="grey", label="1-host time x N (serial 1)")
+    hs = [r["hosts"] for r in green]
+    for phase, style in (("forced", "o-"), ("converged", "s--")):
+        a1.plot(hs, [r[phase]["wall"] for r in green], style, label="%s run" % phase)
+        a2.plot(hs, [r[phase]["controller_cpu"] / r["hosts"] for r in green], style, label="%s run" % phase)
     a1.set_xlabel("hosts")
     a1.set_ylabel("wall time (s)")
-    a1.set_yscale("log")
     a1.legend(fontsize=7)
-    a1.set_title("Playbook wall time (tp 1, forks %d)" % data["forks"], fontsize=10)
-    a2.bar([str(h) for h in hs], [r["wall"] / r["hosts"] for r in rows], color="#1f77b4")
+    a1.set_title("restart_extraction.yml wall (tp 1, forks %d)" % data["forks"], fontsize=10)
     a2.set_xlabel("hosts")
-    a2.set_ylabel("seconds per host")
-    a2.set_title("Per-host overhead (wall / hosts)", fontsize=10)
+    a2.set_ylabel("CPU seconds per host")
+    a2.legend(fontsize=7)
+    a2.set_title("controller CPU per host (modules excluded)", fontsize=10)
     fig.tight_layout()
     figp = os.path.join(fig_dir, fig_prefix + "bench_fleet.png")
     fig.savefig(figp, dpi=110)
     plt.close(fig)
-    last = rows[-1] if rows else None
-    targets = [{"target": "restart_extraction.yml succeeds on %d local hosts at once" % (last["hosts"] if last else 0),
-                "met": bool(last) and last["rc"] == 0,
-                "value": "%s for %d hosts (%s per host; 1 host: %s)" % (
-                    C.fmt_s(last["wall"], 1), last["hosts"], C.fmt_s(last["wall"] / last["hosts"], 2), C.fmt_s(one, 1))
-                if last else "-"}]
-    md = ["Generated inventory of local-connection aliases, each host its own emulator (**tp 1**, "
-          "phase 0.3 s), port, state/log/dump dirs; `sglang_serial: 100%%`, forks %d (ansible.cfg). "
-          "One fresh run per size (three for 1 host, the reference), each followed by `teardown.yml`. All hosts share this machine's 2 cores, so "
-          "the per-host figure is an upper bound of the controller cost per host."
+    by_n = {r["hosts"]: r for r in green}
+    r32 = by_n.get(32)
+    targets = [
+        {"target": "32 simulated hosts restart green (serial 100%) and converge green on a second run",
+         "met": r32 is not None, "value": "green" if r32 else "failed or not run"},
+        {"target": "controller CPU per host at 32 hosts: converged <= 1.0 s",
+         "met": bool(r32) and r32["converged"]["controller_cpu"] / 32 <= 1.0,
+         "value": C.fmt_s(r32["converged"]["controller_cpu"] / 32, 2) if r32 else "-"},
+        {"target": "controller CPU per host at 32 hosts: forced restart <= 2.0 s",
+         "met": bool(r32) and r32["forced"]["controller_cpu"] / 32 <= 2.0,
+         "value": C.fmt_s(r32["forced"]["controller_cpu"] / 32, 2) if r32 else "-"},
+    ]
+    md = ["Generated inventory of local-connection aliases; each host its own instance name, emulator "
+          "(**tp 1**, phase 0.3 s), port, state/log/dump dirs; `sglang_serial: 100%%`, forks %d (ansible.cfg). "
+          "Per size, in one run: a fresh start, a converged re-run, a forced restart (`sglang_force`), then "
+          "`teardown.yml`. Controller CPU is the `ansible-playbook` process tree's (the playbook, its forks, the "
+          "action plugins) minus the modules' own processes, which the local connection runs as its children "
+          "but a real fleet runs on the managed hosts (measured apart through a metering interpreter wrapper, "
+          "shown as module CPU); the servers are in neither. All hosts share this machine's 2 cores, "
+          "so wall times are upper bounds; the CPU per host is what one controller pays per host."
           % data["forks"], "", "![fleet](%sbench_fleet.png)" % fig_prefix, "",
-          C.md_table(["hosts", "restart wall", "per host", "marginal per extra host", "vs 1 host", "result",
-                      "teardown.yml wall"], table)]
-    fails = [r for r in rows if r["rc"] != 0]
-    if fails:
-        md += ["", "Failed run (tail):\n\n```\n%s\n```" % fails[0]["tail"]]
-    return {"title": "Fleet (1, 8, 32 hosts)", "markdown": "\n".join(md), "targets": targets, "figures": [figp]}
+          C.md_table(["hosts", "fresh start wall", "converged wall", "forced restart wall",
+                      "controller CPU per host, converged", "controller CPU per host, forced",
+                      "module CPU per host, converged", "module CPU per host, forced", "teardown.yml wall"], table)]
+    for r in failed:
+        phase = next((p for p in ("fresh", "converged", "forced") if r.get(p) is None or r[p]["rc"]), "teardown")
+        detail = r.get(phase) or r["teardown"]
+        md += ["", "**%d hosts: FAILED** at the %s run (rc=%s); no figure is published for it. Tail:\n\n```\n%s\n```"
+               % (r["hosts"], phase, detail["rc"] if detail else "-", (detail or {}).get("tail", "")[-1200:])]
+    return {"title": "Fleet (%s hosts)" % ", ".join(str(r["hosts"]) for r in rows), "markdown": "\n".join(md), "targets": targets, "figures": [figp]}

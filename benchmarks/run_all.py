@@ -3,10 +3,13 @@
     .venv/bin/python benchmarks/run_all.py                      # everything (`make bench`)
     .venv/bin/python benchmarks/run_all.py --only readiness,teardown
     .venv/bin/python benchmarks/run_all.py --only probe --quick  # 1 run, short budgets
+    .venv/bin/python benchmarks/run_all.py --only fleet --splice # replace only these sections
 
 A full run (no --quick) writes docs/benchmarks.md and docs/bench_*.png; with --only, the
 sections not run are taken from the last full results in benchmarks/results/ (git-ignored).
-A --quick run never touches docs/: it writes build/bench-quick/benchmarks.md and its figures.
+With --splice, only the sections (and target rows) of the benchmarks run are replaced in the
+existing docs/benchmarks.md; every other section is kept as it stands (a fresh checkout has no
+saved results). A --quick run never touches docs/: it writes build/bench-quick/benchmarks.md and its figures.
 """
 from __future__ import annotations
 
@@ -21,16 +24,19 @@ from typing import Dict, List
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
 
-BENCHES = ["readiness", "progress", "teardown", "restart", "probe", "fleet", "prewarm", "containment", "router_roll"]
+BENCHES = ["readiness", "progress", "teardown", "restart", "probe", "fleet", "prewarm", "containment", "router_roll", "pipelining"]
 MODULES = {"progress": "bench_progress", "router_roll": "bench_router_roll", "prewarm": "bench_prewarm", "containment": "bench_containment",
            "readiness": "bench_readiness", "teardown": "bench_teardown", "restart": "bench_restart",
-           "probe": "bench_probe", "fleet": "bench_fleet"}
+           "probe": "bench_probe", "fleet": "bench_fleet",
+           "pipelining": "bench_pipelining"}
 
 
 def main(argv: List[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="", help="comma list of: " + ",".join(BENCHES))
     ap.add_argument("--quick", action="store_true", help="one run each, short budgets (smoke test)")
+    ap.add_argument("--splice", action="store_true",
+                    help="replace only the sections of the benchmarks run in the existing docs/benchmarks.md")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from saved results")
     args = ap.parse_args(argv)
     only = [b.strip() for b in args.only.split(",") if b.strip()] or list(BENCHES)
@@ -68,11 +74,60 @@ def main(argv: List[str]) -> int:
     if not args.report_only:
         C.save_json("last-run" + suffix, {"benches": only, "seconds": round(time.time() - t_all),
                                           "date": C.machine()["date"], "status": status})
-    write_report(out_dir, fig_prefix, suffix, only if args.quick else BENCHES)
+    if args.splice and not args.quick:
+        splice_report(out_dir, fig_prefix, only)
+    else:
+        write_report(out_dir, fig_prefix, suffix, only if args.quick else BENCHES)
     C.rmtree(C.BENCH_ROOT)
     C.rmtree(C.SHM_ROOT)
     C.log("wrote %s in %.0f s" % (os.path.join(out_dir, "benchmarks.md"), time.time() - t_all))
     return 1 if "error" in status.values() else 0
+
+
+def _sections(text: str) -> List[List[str]]:
+    """The document as [head lines, section lines...] split at '## ' headings."""
+    parts: List[List[str]] = [[]]
+    for line in text.splitlines():
+        if line.startswith("## "):
+            parts.append([])
+        parts[-1].append(line)
+    return parts
+
+
+def _key(heading: str) -> str:
+    return heading[3:].split(" (", 1)[0].strip()
+
+
+def splice_report(out_dir: str, fig_prefix: str, names: List[str]) -> None:
+    """Replace, in the existing report, the sections and target rows of `names` only."""
+    path = os.path.join(out_dir, "benchmarks.md")
+    with open(path) as fh:
+        parts = _sections(fh.read())
+    tmp = os.path.join(C.BENCH_ROOT, "splice")
+    os.makedirs(tmp, exist_ok=True)
+    write_report(tmp, fig_prefix, "", names)
+    with open(os.path.join(tmp, "benchmarks.md")) as fh:
+        fresh = _sections(fh.read())
+    for name in [n for n in os.listdir(tmp) if n.endswith(".png")]:
+        os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
+    new_targets = [ln for p in fresh if p and p[0] == "## Targets" for ln in p if ln.startswith("| ") and "---" not in ln][1:]
+    for part in parts:
+        if part and part[0] == "## Targets":
+            rows = [ln for ln in part if not any(ln.startswith("| %s |" % n) for n in names)]
+            end = max(i for i, ln in enumerate(rows) if ln.startswith("|")) + 1
+            part[:] = rows[:end] + new_targets + rows[end:]
+    for section in fresh[1:]:
+        if section[0] == "## Targets":
+            continue
+        at = next((i for i, p in enumerate(parts) if p and _key(p[0]) == _key(section[0])), None)
+        if at is None:
+            if parts and parts[-1] and parts[-1][-1].strip():
+                parts[-1].append("")  # a heading needs its blank line
+            parts.append(section)
+        else:
+            parts[at] = section
+    with open(path, "w") as fh:
+        fh.write("\n".join(line for p in parts for line in p).rstrip() + "\n")
 
 
 def write_report(out_dir: str, fig_prefix: str, suffix: str, names: List[str]) -> None:

@@ -9,7 +9,7 @@ record as it is now (a re-check: process, port owner, /server_info, health), hol
 until `hold` seconds have passed since its ready line (a server that dies 2.5 s after it said
 it was ready is not reported serving), then gives the operation lock back when the readiness
 wait did not. On the controller it feeds that check and the steps' results to the restart's
-state machine (plugins/filter/restart_outcome.py) and returns sglang_restart_result as a fact.
+state machine (plugins/module_utils/_restart/_restart_outcome.py) and returns sglang_restart_result as a fact.
 The summary is printed here, right after the check, unless a rollback is due (then the second
 call, after the rollback, prints it). It never fails: the role's last task does, with a short
 message, so the cause is printed once, in the summary.
@@ -23,7 +23,8 @@ from typing import Any, Callable, Dict, Mapping, Optional
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmops.sglang.plugins.filter.restart_outcome import restart_outcome, restart_rollback
+from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import (restart_outcome,
+                                                                                         restart_rollback)
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _operation_lock as L
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
 

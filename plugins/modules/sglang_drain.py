@@ -22,8 +22,17 @@ description:
   - SGLang's own SIGTERM drain has no upper bound; this wait has one. What happens at the
     deadline is O(on_timeout) - fail (nothing was stopped) or proceed to the teardown, whose
     grace period (SIGTERM, then SIGKILL) bounds the rest.
-  - A server that does not answer at all has nothing to drain - RV(reason=unreachable), not a
-    failure.
+  - A port nothing listens on has nothing to drain - RV(reason=unreachable), not a failure.
+  - Only the instance's server is asked - every process listening on O(port) must be a member of
+    a recognised sglang server (C(python -m sglang.launch_server) or C(sglang serve) command line)
+    of O(server_user), wholly that user's (real, effective and saved uids, no setuid or setgid
+    program), in the module's PID namespace, and one of its sockets must cover O(host) - the
+    probe's rule for O(api_key). Anything else gets no request and no key, with or without
+    O(api_key), and the drain fails with RV(reason=foreign_listener). The proof is re-checked
+    before every reading (the same processes on the same addresses of the port; a sliced wait
+    hands the proven holders to its next slice).
+  - A proven server that listens but does not answer within O(request_timeout) fails with
+    RV(reason=server_unresponsive) - its load is unknown, not zero.
   - Read-only - it only sends C(GET) requests to the server.
   - "Live progress: the collection's action plugin of the same name (used automatically for
     C(llmops.sglang.sglang_drain) tasks) runs the wait in slices of O(slice_seconds) and prints,
@@ -36,13 +45,22 @@ description:
     C(LLMOPS_SGLANG_PROGRESS=always) or V(never) overrides that."
 author:
   - llmops.sglang contributors (@llmops)
+requirements:
+  - psutil and requests for the Python that runs the module (the sglang venv has both); without
+    them it fails with RV(reason=missing_library), naming an interpreter on the host that has them.
 options:
   host:
     description:
-      - Where the server listens, as seen from the host the module runs on. Wildcard addresses
-        (V(0.0.0.0), V(::)) are reached through loopback.
+      - Where the server listens, as seen from the host the module runs on - an address of that
+        host (the drain proves who holds the port there). Wildcard addresses (V(0.0.0.0), V(::))
+        are reached through loopback.
     type: str
     default: 127.0.0.1
+  server_user:
+    description:
+      - The user whose sglang server may be asked (and receive O(api_key)). Default - the user this
+        module runs as (the user C(sglang_launch) starts servers as).
+    type: str
   port:
     description:
       - The server's port (C(--port)).
@@ -90,7 +108,8 @@ options:
     default: fail
   request_timeout:
     description:
-      - Seconds each HTTP request may take.
+      - Seconds each HTTP request may take in all - connect, headers and body (a listener that
+        trickles its answer is cut off there). A body over 16 MiB is no answer.
     type: float
     default: 5
   slice_seconds:
@@ -118,7 +137,9 @@ attributes:
     description: Nothing changes.
 notes:
   - Failures carry RV(reason) - V(timeout), V(unauthorized), V(no_load_source) (none of the
-    endpoints reports a load), V(invalid_argument).
+    endpoints reports a load), V(foreign_listener) (the port is held by something that is not
+    the instance's server; nothing was sent), V(server_unresponsive), V(missing_library) (psutil
+    or requests), V(invalid_argument).
 seealso:
   - module: llmops.sglang.sglang_router
   - module: llmops.sglang.sglang_teardown
@@ -140,11 +161,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 drained:
-  description: Whether the server ran and queued nothing at the end (true for an unreachable server).
+  description: Whether the server ran and queued nothing at the end (true when nothing listens on the port).
   returned: always
   type: bool
 reason:
-  description: V(drained), V(unreachable), V(check_mode) or V(timeout) (with O(on_timeout=proceed)).
+  description: V(drained), V(unreachable) (nothing listens), V(check_mode) or V(timeout) (with O(on_timeout=proceed)).
   returned: always
   type: str
 load:
@@ -196,8 +217,9 @@ from typing import Any, Dict
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._fleet import _drain
+from ansible_collections.llmops.sglang.plugins.module_utils._fleet import _drain_target
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
-from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
@@ -218,6 +240,7 @@ def argument_spec() -> Dict[str, Any]:
                      default=list(_drain.SOURCES)),
         on_timeout=dict(type="str", default="fail", choices=list(_drain.ON_TIMEOUT)),
         request_timeout=dict(type="float", default=5.0),
+        server_user=dict(type="str"),
         slice_seconds=dict(type="float"),
         # Private, set by the action plugin: run one slice ({} first, then the previous slice's
         # resume_state) and answer pending when it ends before a verdict.
@@ -239,8 +262,11 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
     if not 1 <= p["port"] <= 65535:
         raise SglangError("port must be 1-65535 (got %d)" % p["port"], reason="invalid_argument")
 
-    def fetch(path: str) -> _http.Response:
-        return _http.request(p["host"], p["port"], path, p["api_key"], timeout=p["request_timeout"])
+    target = _drain_target.Target(p["host"], p["port"], p["server_user"] or _drain_target.module_user(),
+                                  p["api_key"], p["request_timeout"])
+    if p["_resume"]:
+        target.resume(p["_resume"].get("proven"))
+    fetch = target.fetch
 
     opts = _drain.Options(timeout=p["timeout"], poll_interval=p["poll_interval"], settle=p["settle"],
                           sources=list(p["sources"]), on_timeout=p["on_timeout"], check_mode=module.check_mode)
@@ -251,7 +277,7 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
         if step.result is None:
             return {"changed": False, "drained": False, "pending": True, "reason": "pending",
                     "msg": "draining", "progress": _drain.progress(step.state, opts, time.monotonic()),
-                    "resume_state": step.state.to_dict()}
+                    "resume_state": dict(step.state.to_dict(), proven=target.to_state())}
         result = step.result
     if not result["drained"] and result["reason"] == "timeout":
         module.warn(result["msg"])
@@ -261,6 +287,7 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
 def main() -> None:
     _exit.started()
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    _depsearch.require(module)
     _exit.run(module, _body, "sglang_drain", [module.params["api_key"]])
 
 

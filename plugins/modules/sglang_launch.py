@@ -79,7 +79,7 @@ options:
   venv:
     description:
       - Virtualenv holding sglang; its C(bin/python) runs the server. Exactly one of O(venv) and
-        O(python) (the interpreter that runs the server) is required.
+        O(python) (the interpreter that runs the server) is required, unless O(restore=last_good).
     type: path
   search_paths:
     description:
@@ -95,9 +95,10 @@ options:
     choices: [auto, launch_server, serve]
     default: auto
   model_path:
-    description: Local model directory (with C(config.json)) or hub id C(org/name).
+    description:
+      - Local model directory (with C(config.json)) or hub id C(org/name).
+      - Required unless O(restore=last_good).
     type: str
-    required: true
   host:
     description: Address the server binds.
     type: str
@@ -282,9 +283,11 @@ options:
   probe_timeout:
     description:
       - Seconds a running server with the requested configuration has to answer an HTTP request
-        (C(GET /v1/models), no credentials; any HTTP status is an answer). One that does not
-        answer (hung, stopped) is RV(reason) V(unresponsive) - changed in check mode, so a restart
-        replaces it; a failure otherwise.
+        (C(GET /v1/models), no credentials; any HTTP status is an answer). A request that gets no
+        answer is sent again, 3 attempts at most with 1 s between them (at most 3 x O(probe_timeout)
+        + 2 s in all, 17 s by default), since a stall of one request is no hung server. One that answers
+        none (hung, stopped) is RV(reason) V(unresponsive) - changed in check mode, so a restart
+        replaces it; a failure otherwise. One that answers a retry is kept, with a warning.
     type: float
     default: 5
   spawn_timeout:
@@ -371,10 +374,49 @@ options:
         type: path
         default: /dev/shm
       purge_paths:
-        description: Directories to empty (judged and refused as the teardown's O(teardown.purge_paths)).
+        description:
+          - Directories to empty (judged and refused as the teardown's O(teardown.purge_paths)).
+          - Not emptied when the running server has the requested configuration and is replaced only because it
+            did not answer (RV(reason) V(unresponsive)) - RV(teardown) says C(purge_skipped).
         type: list
         elements: path
         default: []
+      takeover:
+        description:
+          - Other instances, by name, the teardown may stop when they hold the port; without it the call fails
+            before anything is stopped with RV(reason) V(other_instance), naming the instance and how to stop it.
+        type: list
+        elements: str
+        default: []
+        version_added: "0.6.0"
+  restore:
+    description:
+      - V(none) - launch the server the options describe.
+      - V(last_good) - launch exactly the configuration of the instance's last proven-good launch,
+        C(<state_dir>/<name>.good.json) (written only by M(llmops.sglang.sglang_ready)'s
+        O(llmops.sglang.sglang_ready#module:promote) once that launch was proven ready and did its work) - its
+        interpreter, entry point, model, host, port, tp size, args and environment - with the secrets it ran with
+        (the api key, secret flags and secret environment values) from the private file
+        C(<state_dir>/<name>.good.secrets). This is the rollback of a failed restart, in the same run or in a
+        later one (the record survives an interrupted run; C(<name>.json) does not keep it, every launch
+        replaces that).
+      - With V(last_good) the server options given to this call (O(venv), O(python), O(entrypoint),
+        O(model_path), O(host), O(port), O(tp_size), O(args), O(env), O(api_key)) are ignored - their defaults
+        cannot be told from values given, so none of them can change what is restored. Every other option (the
+        directories, the lock, O(containment), O(foreign_port_holders), O(gpu_check), O(output_dirs),
+        O(teardown), ...) applies as usual - the restored configuration passes the whole preflight, and the
+        teardown obeys O(foreign_port_holders) on each of its ports before anything is stopped.
+      - Refused before anything is read or stopped, with RV(reason) V(no_last_good) (no launch of this instance
+        was ever promoted) or V(last_good_unreadable) (the record or its secrets file is unsafe - a symlink,
+        another user's, readable or writable by others -, damaged, incomplete, or its configuration and secrets
+        do not give back its fingerprint).
+      - When the last-good launch itself is the recorded one and still alive, nothing is stopped (O(teardown)
+        is skipped) and the decision is the usual one (V(running) when it answers).
+      - What was restored (no secrets) is RV(restored).
+    type: str
+    choices: [none, last_good]
+    default: none
+    version_added: "0.6.0"
 attributes:
   check_mode:
     support: full
@@ -484,7 +526,8 @@ reason:
       the instance cgroup; the launch was stopped), V(missing_library) (psutil or requests not importable, see RV(interpreter_with_libraries)),
       V(no_space) (below O(min_free_mb) or O(min_free_inodes)), V(preflight_failed)
       (several kinds of preflight failure), and the reasons of the step that failed - V(bad_name),
-      V(unsafe_dir), V(locked), V(lock_failed), V(spawn_failed), V(spawn_timeout), V(died), V(io_error), ... -
+      V(unsafe_dir), V(locked), V(lock_failed), V(spawn_failed), V(spawn_timeout), V(died), V(io_error),
+      V(no_last_good), V(last_good_unreadable) (O(restore)), ... -
       taken from where the error was raised.
   returned: always
   type: str
@@ -495,10 +538,32 @@ decision:
   type: str
   sample: "instance 'serving' (pid 4242, stopped (state T)) runs the requested configuration but did not answer /v1/models within 5 s: it must be replaced"
 probe:
-  description: The HTTP probe of a running server that did not answer - C(endpoint), C(timeout), C(answered) (false),
-    C(status), C(error), C(state) (process state, V(T) when stopped).
+  description: The HTTP probe of a running server that did not answer - C(endpoint), C(timeout) (of each attempt),
+    C(answered) (false), C(status), C(error), C(state) (process state, V(T) when stopped), C(attempts) (how many
+    requests it sent), C(max_attempts), C(retried), C(seconds) (all attempts together). A server that answered a
+    retry is kept; the stall is a warning (RV(preflight), check C(liveness)).
   returned: when reason is unresponsive
   type: dict
+replace_reason:
+  description:
+    - What a replacement the plan asks for (check mode, changed) is for - the RV(reason) V(config_changed),
+      V(unresponsive), V(port_busy) or V(cgroup_busy); null when no running server must be replaced. A server
+      replaced because it is V(unresponsive) runs the requested configuration - its data is kept (with
+      O(teardown), that call's C(purge_paths) are not emptied, see RV(teardown)).
+  returned: always
+  type: str
+  version_added: "0.6.0"
+  sample: unresponsive
+previous_exit:
+  description:
+    - The instance's recorded server is gone without a teardown (RV(reason) V(not_running)) - its C(pid),
+      C(launch_id), C(launched_at), whether its C(exit_file) exists and, from it, C(returncode), C(signal),
+      C(exited_at) (epoch) and C(exited_at_utc); C(how) says it in words (also in RV(decision)).
+  returned: when the launch record names a server that is gone
+  type: dict
+  version_added: "0.6.0"
+  sample: {pid: 4242, launch_id: 9f2c, exit_file: true, returncode: 1, signal: null, exited_at: 1767225600.0,
+           exited_at_utc: "2026-01-01T00:00:00Z", how: "exited on its own at 2026-01-01T00:00:00Z with exit code 1"}
 pid:
   description: Main server process (the one that owns the port); null in check mode.
   returned: always
@@ -602,6 +667,26 @@ containment:
   type: dict
   sample: {backend: cgroup, why: "auto: PID 1 is not systemd; cgroup v2 at /sys/fs/cgroup is writable by uid 0",
            cgroup: /sys/fs/cgroup/llmops-sglang.slice/serving, unit: null}
+restored:
+  description:
+    - With O(restore=last_good) - what was restored - C(from) (the last-good record's path), C(launch_id),
+      C(fingerprint), C(promoted_at_utc), C(pid) and C(start_time) (of the last-good launch, maybe long gone).
+      Never a secret.
+  returned: when O(restore=last_good) and the last-good record could be used
+  type: dict
+  version_added: "0.6.0"
+  sample: {from: /var/lib/llmops-sglang/serving.good.json, launch_id: 5f0c..., fingerprint: 9ab1...,
+           promoted_at_utc: "2026-05-04T10:12:00Z", pid: 4242, start_time: 1777888888.1}
+last_good:
+  description:
+    - The instance's last proven-good launch as it is on the host before this call (what
+      O(restore=last_good) would start) - C(path), C(launch_id), C(fingerprint), C(promoted_at_utc), and
+      C(error) when the record cannot be read (then restoring it is refused). Null when there is none.
+  returned: when the module got past its name and state dir
+  type: dict
+  version_added: "0.6.0"
+  sample: {path: /var/lib/llmops-sglang/serving.good.json, launch_id: 5f0c..., fingerprint: 9ab1...,
+           promoted_at_utc: "2026-05-04T10:12:00Z", error: null}
 prewarm:
   description:
     - What O(prewarm) read - the result C(llmops.sglang.sglang_prewarm) returns (C(changed), C(msg),
@@ -618,6 +703,8 @@ teardown:
       C(killed), C(survivors), C(ports_after), C(shm_removed), C(record_removed), C(timings), ...;
       in check mode what it would do). When it failed, also C(failed), C(reason) and C(msg); the
       task fails with the same RV(reason) and nothing was started.
+    - C(purge_skipped) (C(paths), C(reason) V(unresponsive), C(why)) - the running server had the requested
+      configuration and did not answer, so it was stopped without emptying C(purge_paths) (its dumps are data).
   returned: when O(teardown) was given and the preflight passed
   type: dict
   version_added: "0.5.0"
@@ -655,9 +742,10 @@ if __name__ == "__main__":
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
-from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_exec
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_restore
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _preflight
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact
@@ -676,7 +764,8 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
     if not os.path.isdir("/proc/self"):
         raise SglangError("sglang_launch needs Linux /proc", reason="unsupported")
     try:
-        result = _launch_exec.run(module.params, module.check_mode, module._diff, module.warn)
+        result = _launch_exec.run(module.params, module.check_mode, module._diff, module.warn,
+                                  lambda values: module.no_log_values.update(v for v in values if len(v) >= 8))
     except SglangError as exc:
         _warn(module, exc.details)
         raise
@@ -693,7 +782,7 @@ def main() -> None:
             venv=dict(type="path"),
             search_paths=dict(type="list", elements="path"),
             entrypoint=dict(type="str", default="auto", choices=list(_preflight.ENTRYPOINTS)),
-            model_path=dict(type="str", required=True),
+            model_path=dict(type="str"),
             host=dict(type="str", default="127.0.0.1"),
             port=dict(type="raw", default=30000),
             tp_size=dict(type="raw", default=1),
@@ -728,9 +817,11 @@ def main() -> None:
             spawn_timeout=dict(type="float", default=30),
             containment=dict(type="str", default="auto", choices=list(_containment.BACKENDS)),
             teardown=dict(type="dict", options=_options.teardown()),
+            restore=dict(type="str", default="none", choices=list(_launch_restore.RESTORE_CHOICES)),
         ),
         mutually_exclusive=[("venv", "python")],
-        required_one_of=[("venv", "python")],
+        # restore: last_good takes the server's configuration from the last-good record
+        required_if=[("restore", "none", ("model_path",)), ("restore", "none", ("venv", "python"), True)],
         supports_check_mode=True,
     )
     # Secret env values (HF_TOKEN, *_PASSWORD...) and secret flags in `args` get Ansible's own
@@ -738,7 +829,7 @@ def main() -> None:
     # would mask unrelated text (paths).
     secrets = _launch_exec.param_secrets(module.params)
     module.no_log_values.update(text for text in secrets if len(text) >= 8)
-    _deps.require(module)
+    _depsearch.require(module)
     _exit.run(module, _body, "sglang_launch", secrets)
 
 

@@ -281,7 +281,7 @@ from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 from ansible_collections.llmops.sglang.plugins.module_utils._prewarm import _prewarm
 
@@ -318,7 +318,7 @@ def main() -> None:
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     # psutil only (no request is sent); it came with _prewarm, so asking it to import again is free:
     # one that is installed but does not import is named as missing too
-    _deps.require(module, ("psutil",), import_them=True)
+    _depsearch.require(module, ("psutil",), import_them=True)
     _exit.run(module, body, "sglang_prewarm")
 
 

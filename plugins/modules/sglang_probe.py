@@ -302,6 +302,10 @@ records:
     - Launch records in O(state_dir) - path, name, launch_id, pid, port, log_path, interpreter,
       venv, sglang_version, start_time, containment, cgroup - with C(alive), whether their process is still alive
       (null when the process table could not be read).
+    - Only C(<name>.json) files are records; an instance's other files (C(<name>.exit.json), the remembered start
+      C(<name>.timeline.json), a record kept aside as C(<name>.json.damaged-STAMP), ...) never are.
+    - A record that cannot be read is listed with C(path), C(error) and C(reason) (V(record_damaged) for an empty,
+      cut-short or non-object file, V(unsafe_record) for one another user could have written).
   returned: always
   type: list
   elements: dict

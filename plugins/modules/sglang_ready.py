@@ -41,7 +41,11 @@ description:
     the cause: warnings such as C(Ignore import error when loading X: No module named Y) that
     healthy servers print when an optional dependency is missing (see O(extra_benign_patterns))."
   - A server that already listens on its port when the check begins (a re-check of a running
-    server) is judged by the port owner, C(/server_info) and health. Its log is used only for
+    server) is judged by the port owner, C(/server_info) and health. A launch that was never judged
+    ready before (it is not the start remembered in O(state_dir)) is judged as a start even when it
+    already holds its port - a server this play launched that bound its port within the first poll -
+    so it needs its ready line, its settle window counts from it and its start is remembered for the
+    next RV(slow_start); only one whose log has grown past a start's (4 MiB) is taken as running. Its log is used only for
     the startup up to the ready line, if the log still has it; later lines (recovered
     per-request errors, hours of access lines) are never read, and a rotated, truncated or
     deleted log is no failure (RV(already_running)).
@@ -55,6 +59,10 @@ description:
     the next wait can say how far along a start is compared with the last one and flag a slow
     start (RV(slow_start)). A re-check of a running server writes nothing.
   - In check mode it observes exactly the same way and writes nothing.
+  - Without O(api_key), a launch whose record says it was started with a key is checked with the key that very
+    launch was started with, read from its private C(<state_dir>/<name>.secrets) (kept by
+    M(llmops.sglang.sglang_launch); a rollback's restored server runs the old key, which the controller does not
+    know). It is sent only once the port owner was proven to be this launch and masked in everything returned.
   - "Live progress: the collection's action plugin of the same name (used automatically for
     C(llmops.sglang.sglang_ready) tasks) runs the wait in slices of O(slice_seconds) and prints,
     between slices, one line per host with the phase and its progress read from this launch's
@@ -212,7 +220,11 @@ options:
       - V(generate) - C(POST /generate) with 4 tokens must answer 200; with O(work.dump_dir), a
         regular file in that directory (recursively, symlinks not followed) must appear or change
         after the request began (the directory is listed just before the request, so a dump the
-        start-up's warm-up wrote is not taken for a new one).
+        start-up's warm-up wrote is not taken for a new one). The dump directory holds the
+        operator's data, so once checked the proof's own file is removed again - only when it is the
+        one file that appeared since the request (with other requests' dumps beside it, nothing is
+        removed), through directory descriptors without following symlinks, a regular file owned by
+        the server's user that is still the file checked. RV(work) says C(removed) or C(kept_why).
       - V(chat_reasoning) - C(POST /v1/chat/completions) (the model id from C(GET /v1/models))
         must answer 200 with a non-empty C(choices[0].message.reasoning_content) (a server
         started without C(--reasoning-parser) returns the reasoning inside C(content)).
@@ -246,13 +258,32 @@ options:
       - Result in RV(operation_lock_released).
     type: str
     version_added: "0.5.0"
+  promote:
+    description:
+      - Once the server is ready and its O(work) proven (when asked), make THIS launch the instance's last
+        proven-good launch - its record copied to C(<state_dir>/<name>.good.json) and the secrets it was
+        started with (kept by M(llmops.sglang.sglang_launch) in the private C(<state_dir>/<name>.secrets)) to
+        C(<state_dir>/<name>.good.secrets), both 0600, written atomically without following a symlink. What
+        M(llmops.sglang.sglang_launch)'s O(llmops.sglang.sglang_launch#module:restore=last_good) starts again.
+      - Only the launch named by the record now in C(<state_dir>/<name>.json) is promoted (the launch just
+        judged); a server that is not ready, or whose proof failed, is never promoted. A promotion that cannot
+        be written is a warning (RV(promote_error)), not a failure - the server is ready; the last-good record
+        stays as it was. Nothing is written in check mode.
+      - The restart role promotes its new server; its rollback does not (the restored launch is already the
+        last good one).
+    type: bool
+    default: false
+    version_added: "0.6.0"
 extends_documentation_fragment:
   - llmops.sglang.common.state_dir
   - llmops.sglang.common.api_key
 attributes:
   check_mode:
     support: full
-    description: Observes the same way in check mode; the module never changes anything.
+    description:
+      - Observes the same way in check mode and writes nothing (no remembered start, no promotion).
+      - Outside check mode it changes nothing on the server; its own bookkeeping in the state dir
+        (the remembered start, O(promote)) leaves RV(changed) false.
   diff_mode:
     support: none
     description: Nothing changes, so there is nothing to diff.
@@ -260,7 +291,9 @@ notes:
   - Failures are C(fail_json) with C(msg) (one precise sentence) and C(reason), one of
     V(exited), V(fatal_log), V(stale_server), V(config_mismatch), V(unauthorized),
     V(log_missing), V(log_truncated), V(bad_log), V(timeout), V(ready_line_hidden),
-    V(work_failed), V(record_missing), V(record_invalid), V(invalid_argument), V(bad_name), V(io_error),
+    V(work_failed), V(record_missing), V(record_invalid), V(record_damaged) (the record file is empty, cut
+    short or not a JSON object - the check only reads it; a restart or a teardown keeps it aside and goes on),
+    V(invalid_argument), V(bad_name), V(io_error),
     V(permission_denied), V(error) (the code is the one set where the failure was found).
   - A stale server that answers C(/health) 200 on the port never makes a failed launch ready.
 seealso:
@@ -433,6 +466,7 @@ already_running:
   description: >-
     Whether the launch already listened on its port when the check began (a re-check): it was
     judged by the port owner, /server_info and health, and its old log lines were not read.
+    Never true for a launch that was not judged ready before (see the description).
   returned: always
   type: bool
 settle:
@@ -458,12 +492,31 @@ settle_from:
 work:
   description: >-
     The proof of work (O(work)) - C(ok), C(kind), C(msg), C(status) (the request's HTTP
-    status), C(evidence) (the new dump's path, or the reasoning's length), C(seconds). Null
-    when none was asked or it did not run (check mode, node_rank >= 1, the proofs never held).
+    status), C(evidence) (the new dump's path, or the reasoning's length), C(seconds), and for
+    V(generate) with a dump directory C(removed) (the proof's own dump was removed again) and
+    C(kept_why) (why not). Null when none was asked or it did not run (check mode, node_rank >= 1,
+    the proofs never held).
   returned: always
   type: dict
-  sample: {ok: true, kind: generate, msg: "POST /generate -> 200, new dump /dev/shm/sglang_hs/req-1.pt", status: 200,
-           evidence: /dev/shm/sglang_hs/req-1.pt, seconds: 0.31}
+  sample: {ok: true, kind: generate, msg: "POST /generate -> 200, new dump /dev/shm/sglang_hs/req-1.pt; removed again
+             (the dump directory holds data)", status: 200, evidence: /dev/shm/sglang_hs/req-1.pt, seconds: 0.31,
+           removed: true, kept_why: null}
+promoted:
+  description: Whether this call made the launch the instance's last proven-good one (O(promote)); false when it already was.
+  returned: when the server is ready
+  type: bool
+  version_added: "0.6.0"
+last_good:
+  description: With O(promote), the path of the last-good record (C(<state_dir>/<name>.good.json)); else null.
+  returned: when the server is ready
+  type: str
+  version_added: "0.6.0"
+  sample: /var/lib/llmops-sglang/serving.good.json
+promote_error:
+  description: Why O(promote) could not promote the ready launch (also a warning).
+  returned: when the promotion failed
+  type: str
+  version_added: "0.6.0"
 operation_lock_released:
   description: >-
     What became of the operation lock named by O(release_lock) - C(changed) (removed), C(token) (the
@@ -514,6 +567,7 @@ progress:
   sample: {stage: loading weights, shards: [31, 64], graphs: null, graph_bs: null, graph_kind: null}
 """
 
+import dataclasses
 from typing import Any, Dict, List, Optional
 
 import gc
@@ -528,6 +582,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _logpatterns
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
 from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _readiness
+from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _readiness_last_good as _last_good_r
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _timeline_store
 from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _workproof
@@ -556,6 +611,7 @@ def argument_spec() -> Dict[str, Any]:
         require_ready_line=dict(type="bool", default=True),
         slice_seconds=dict(type="float"),
         release_lock=dict(type="str", no_log=False),
+        promote=dict(type="bool", default=False),
         work=dict(type="dict", options=dict(
             kind=dict(type="str", required=True, choices=list(_workproof.KINDS)),
             dump_dir=dict(type="path"),
@@ -659,8 +715,22 @@ def _context(params: Dict[str, Any], record: Dict[str, Any], opts: _readiness.Op
     """What a wait needs besides the readiness state, fixed when it begins."""
     where = _store_location(params, record)
     last = _timeline_store.baseline(where["state_dir"], where["name"], record.get("launch_id"))
-    return dict(where, expect=opts.expect, node_rank=opts.node_rank,
+    # a launch never judged ready is a start, even when it bound its port before the first poll
+    opts.proven_before = _timeline_store.proven(where["state_dir"], where["name"], record.get("launch_id"))
+    return dict(where, expect=opts.expect, node_rank=opts.node_rank, launch_id=record.get("launch_id"),
+                launch_key=_last_good_r.wants_launch_key(params["api_key"], record),
                 last_start_seconds=last.get("start_seconds") if last else None)
+
+
+def _use_launch_key(module: AnsibleModule, ctx: Dict[str, Any], opts: _readiness.Options) -> _readiness.Options:
+    """No api key given for a server started with one: the key this launch ran with (its private
+    secrets file), masked in everything the module returns."""
+    key = _last_good_r.launch_key(ctx.get("state_dir"), ctx.get("name"), ctx.get("launch_id")) \
+        if ctx.get("launch_key") else None
+    if not key:
+        return opts
+    module.no_log_values.add(key)
+    return dataclasses.replace(opts, api_key=key)
 
 
 def _start_seconds(details: Dict[str, Any]) -> Optional[float]:
@@ -688,6 +758,11 @@ def _finish(module: AnsibleModule, outcome: _readiness.Outcome, ctx: Dict[str, A
             module.warn("the start's timeline was not remembered: %s" % exc.msg)
     if not outcome.ready:
         raise SglangError(result.pop("msg"), **result)
+    promoted, warning = _last_good_r.promotion(module.params["promote"], ctx.get("state_dir"), ctx.get("name"),
+                                               result.get("launch_id") or ctx.get("launch_id"), module.check_mode)
+    result.update(promoted)
+    if warning:
+        module.warn(warning)
     if module.params["release_lock"] and ctx.get("state_dir") and ctx.get("name"):
         result["operation_lock_released"] = _release_lock(module, ctx)
     return result
@@ -730,11 +805,13 @@ def _one_slice(module: AnsibleModule, resume: Dict[str, Any]) -> Dict[str, Any]:
             raise SglangError("the resume state of a sliced wait has no context", reason="invalid_argument")
         opts = build_options(params, {"expect": ctx.get("expect") or {}, "node_rank": ctx.get("node_rank")},
                              module.check_mode)
+        opts = _use_launch_key(module, ctx, opts)
         step = _readiness.wait_ready_slice(None, opts, resume["state"], seconds)
     else:
         record = load_record(params)
         opts = build_options(params, record, module.check_mode)
         ctx = _context(params, record, opts)
+        opts = _use_launch_key(module, ctx, opts)
         step = _readiness.wait_ready_slice(record, opts, None, seconds)
     if step.outcome is not None:
         return _finish(module, step.outcome, ctx)
@@ -753,6 +830,7 @@ def _body(module: AnsibleModule) -> Dict[str, Any]:
         record = load_record(module.params)
         opts = build_options(module.params, record, module.check_mode)
         ctx = _context(module.params, record, opts)
+        opts = _use_launch_key(module, ctx, opts)
         outcome = _readiness.wait_ready(record, opts)
         return _finish(module, outcome, ctx)
     except SglangError as exc:  # its reason stays the one set where it was raised

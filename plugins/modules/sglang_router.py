@@ -42,7 +42,8 @@ options:
   api_key:
     description:
       - Sent as an C(Authorization) bearer token to the router (a control-plane key where the router
-        protects its worker API). Never returned.
+        protects its worker API), only to O(router_url) - no redirect is followed (a 3xx answer
+        fails with RV(reason=router_refused)). Never returned.
     type: str
   worker_url:
     description:
@@ -88,7 +89,9 @@ options:
     default: 0.5
   request_timeout:
     description:
-      - Seconds each HTTP request to the router may take.
+      - Seconds each HTTP request to the router may take in all - connect, headers and body (a
+        router that trickles its answer is cut off there, RV(reason=router_unreachable)). A body
+        over 16 MiB is no answer.
     type: float
     default: 10
   api:
@@ -195,11 +198,12 @@ if __name__ == "__main__":
 
 from typing import Any, Dict
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
 from ansible_collections.llmops.sglang.plugins.module_utils._fleet import _router
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
 
 
 def argument_spec() -> Dict[str, Any]:
@@ -238,9 +242,7 @@ def main() -> None:
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
                            required_if=[("state", "present", ("worker_url",)),
                                         ("state", "absent", ("worker_url",))])
-    if not _router.HAS_REQUESTS:
-        module.fail_json(msg=missing_required_lib("requests"), reason="missing_library",
-                         exception=_router.REQUESTS_IMPORT_ERROR)
+    _depsearch.require(module, ("requests",), import_them=True)
     _exit.run(module, _body, "sglang_router", [module.params["api_key"]])
 
 

@@ -23,8 +23,16 @@ description:
     C(sglang serve)), listeners on O(ports) (IPv4 and IPv6), command lines matching O(patterns),
     and the descendants of all of those.
   - With O(name), processes marked as B(another) instance are never swept by title or pattern;
-    they are reported in RV(other_instances). Such a process becomes a target only when it
-    listens on a managed port (a conflict the operator named by giving that port).
+    they are reported in RV(other_instances). One that listens on a managed port (another
+    instance on this instance's port) refuses the teardown before any signal, with RV(reason)
+    V(other_instance), naming the instance, its state dir and the command that stops it
+    (C(ansible-playbook playbooks/teardown.yml -e sglang_name=OTHER)) - unless O(takeover) names
+    it, then it is stopped like any listener of the port. A hand-started server on the port (no
+    launch record, no marker) is no instance and is stopped as before.
+  - Without a launch record - missing, or damaged (empty, cut short, not a JSON object; kept aside
+    as C(<name>.json.damaged-<UTC stamp>) for inspection, never deleted, see RV(record_damaged)) -
+    the instance is found by its marker and ports, and by its cgroup when every process in it
+    carries this instance's marker (an empty one is removed).
   - Never targets the module itself and its ancestors (ansible, the ssh session, the shell),
     PID 1, kernel threads, protected names (O(protect)) or other users' processes unless
     O(all_users); these are reported in RV(spared). Never targets a process in another PID
@@ -169,6 +177,15 @@ options:
     type: list
     elements: path
     default: []
+  takeover:
+    description:
+      - Names of other instances this teardown may stop when one of their processes listens on a
+        managed port. Without it that is refused before any signal (RV(reason) V(other_instance)).
+        Their launch records are left as they are (their next run finds the server gone).
+    type: list
+    elements: str
+    default: []
+    version_added: "0.6.0"
 attributes:
   check_mode:
     support: full
@@ -208,13 +225,25 @@ EXAMPLES = r"""
 
 RETURN = r"""
 targets:
-  description: Processes chosen, with every reason (secrets in command lines masked).
+  description:
+    - Processes chosen, with every reason (secrets in command lines masked). The members of a contained
+      launch's cgroup are listed too (reason C(member of the instance's cgroup PATH)), although they are
+      stopped through the cgroup rather than one by one, so this list, RV(killed), RV(stopped) and the diff
+      count the same processes.
   returned: always
   type: list
   elements: dict
   sample: [{"pid": 4242, "name": "python", "cmdline": "python -m sglang.launch_server --port 8000 --api-key ********",
             "user": "root", "pgid": 4242, "sid": 4242, "start_time": 1718000000.12,
             "reasons": ["launch record main process (pid 4242)", "listens on managed port 8000 (ipv4 0.0.0.0)"]}]
+stopped:
+  description:
+    - How many processes this teardown stopped - targets ended by its SIGTERM or SIGKILL (a target already
+      gone when it acted is not counted); in check mode, how many it would stop (the targets alive when
+      planned, cgroup members included - the processes the diff lists). The one count to report.
+  returned: always
+  type: int
+  sample: 12
 killed:
   description: Targets that are gone, with the signal that ended them (SIGTERM, SIGKILL or already-gone).
   returned: success
@@ -307,6 +336,16 @@ device_file_holders:
   returned: always
   type: list
   elements: dict
+device_file_holders_scan:
+  description:
+    - How much of the host the fuser view (device_file_holders) covers. Only processes that could be targets
+      are read (the module's user unless all_users, this PID namespace); the walk over their fd links stops at
+      the teardown's timeout.
+    - scanned, left_out (excluded by those rules), unreached (not read before the timeout), cut_short, seconds,
+      and a note when cut short. Null when GPUs are not managed (gpus is empty).
+  returned: always
+  type: dict
+  sample: {"scanned": 41, "left_out": 230, "unreached": 0, "cut_short": false, "seconds": 0.012}
 foreign_gpu_processes:
   description: Non-target compute processes on the managed GPUs (pid, user, cmdline, gpus {index GiB}).
   returned: always
@@ -353,9 +392,24 @@ record_removed:
   type: list
   elements: str
 record:
-  description: Launch record notes (gone / reused pids), files, tmpdir.
+  description: Launch record notes (gone / reused pids, a damaged record, a cgroup recovered without one), files, tmpdir.
   returned: always
   type: dict
+record_damaged:
+  description:
+    - The instance's launch record was damaged (zero bytes, cut short, not a JSON object) - C(path), C(error),
+      and C(kept_as) (where it was renamed for inspection) or in check mode C(would_keep_as). The teardown went on
+      as for an instance without a record. Null otherwise.
+  returned: always
+  type: dict
+  version_added: "0.6.0"
+  sample: {path: /var/lib/llmops-sglang/serving.json, error: "cannot read ...: it is empty (0 bytes)",
+           kept_as: /var/lib/llmops-sglang/serving.json.damaged-20260101T000000Z}
+other_instances_on_ports:
+  description: On RV(reason) V(other_instance) - each other instance found on a managed port (C(name), C(state_dir), C(pids)).
+  returned: when reason is other_instance
+  type: list
+  elements: dict
 timings:
   description: Seconds per phase (plan, term, kill, verify, cleanup).
   returned: success
@@ -364,6 +418,7 @@ timings:
 reason:
   description: On failure, a machine-readable code set where the error was found (bad_pattern, bad_port,
     bad_gpus, bad_name, bad_option, bad_protect, bad_purge_path, unsafe_purge_path, empty_scope, scope_conflict,
+    other_instance (another instance holds a managed port; nothing was stopped), unsafe_record, unsafe_cgroup,
     foreign_gpu_processes, locked, survivors, d_state, signal_failed, port_still_held, gpu_not_released,
     unsupported, missing_library; for an operating-system error no_space, permission_denied, read_only_fs,
     not_found or io_error, with RV(path); internal_error for a bug, with the traceback in C(exception)).
@@ -397,7 +452,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
@@ -407,7 +462,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._host._lock import i
 
 
 def argument_spec() -> dict:
-    return _options.merged(_options.STATE_DIR, _options.GPU_BACKEND, _options.teardown(), name=dict(type="str"))
+    return _options.teardown_module()
 
 
 def _body(module: AnsibleModule) -> dict:
@@ -428,7 +483,7 @@ def _body(module: AnsibleModule) -> dict:
 def main() -> None:
     _exit.started()
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    _deps.require(module, ["psutil"])
+    _depsearch.require(module, ["psutil"])
     _exit.run(module, _body, "sglang_teardown")
 
 

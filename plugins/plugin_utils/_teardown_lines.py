@@ -59,8 +59,8 @@ def args_valid(args: Mapping[str, Any], spec: Optional[Mapping[str, Any]] = None
     try:
         from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
         if spec is None:
-            from ansible_collections.llmops.sglang.plugins.modules.sglang_teardown import argument_spec
-            spec = argument_spec()
+            from ansible_collections.llmops.sglang.plugins.module_utils._core._options import teardown_module
+            spec = teardown_module()
     except ImportError:  # an older core: the module judges alone
         return True
     return not ArgumentSpecValidator(dict(spec)).validate(dict(args)).error_messages

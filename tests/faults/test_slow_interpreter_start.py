@@ -20,7 +20,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._launch import _laun
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
-from helpers.fixtures import TEST_MARKER, TEST_RUN_ID, free_port, marked_pids, run_module, wait_for
+from helpers.fixtures import TEST_MARKER, TEST_RUN_ID, free_port, marked_pids, remove_instance_cgroup, run_module, wait_for
 
 READY = "The server is fired up and ready to roll!"
 
@@ -71,6 +71,7 @@ def test_slow_interpreter_start_is_waited_for(emulator_python, tmp_path):
         assert _procs.is_alive(record["pid"], record["start_time"])
     finally:
         _kill(marked_pids(state_prefix=state))
+        remove_instance_cgroup("slow")
 
 
 def test_record_exists_before_the_server_starts(tmp_path):

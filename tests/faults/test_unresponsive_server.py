@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
-from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
+from helpers.fixtures import TEST_RUN_ID, free_port, remove_instance_cgroup, run_module, wait_for
 
 EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}
 API_KEY = "unresp-key-0c5e19d2"
@@ -22,13 +22,16 @@ API_KEY = "unresp-key-0c5e19d2"
 
 @pytest.fixture
 def launched() -> Iterator[List[Dict[str, Any]]]:
+    """The server is SIGSTOPped: SIGKILL (which also ends a stopped process) at once, no grace
+    period; then its instance cgroup goes too."""
     records: List[Dict[str, Any]] = []
     yield records
     for record in records:
         try:
-            os.killpg(record["pgid"], signal.SIGKILL)  # SIGKILL also ends a stopped process
+            os.killpg(record["pgid"], signal.SIGKILL)
         except (OSError, KeyError, TypeError):
             pass
+        remove_instance_cgroup(record["name"])
 
 
 def test_stopped_server_is_planned_as_unresponsive(emulator_python, model_dir, tmp_path, launched):

@@ -7,6 +7,7 @@ import random
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -23,7 +24,13 @@ MODULE_PKG = "ansible_collections.llmops.sglang.plugins.modules"
 # Every process tests start carries this variable, so cleanup can find escaped children
 # without matching anything that is not ours.
 TEST_MARKER = "LLMOPS_SGLANG_TEST_RUN"
+# One value per pytest process: an xdist worker (PYTEST_XDIST_WORKER, set before conftest is
+# imported) inherits the controller's value and adds its own id, so the session-end kill of one
+# worker never reaches the servers of tests still running on another.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 TEST_RUN_ID = os.environ.get(TEST_MARKER) or uuid.uuid4().hex[:12]
+if _WORKER and not TEST_RUN_ID.endswith("-" + _WORKER):
+    TEST_RUN_ID = "%s-%s" % (TEST_RUN_ID, _WORKER)
 os.environ[TEST_MARKER] = TEST_RUN_ID
 
 
@@ -202,12 +209,79 @@ def spawn() -> Iterator[Spawned]:
     spawned.cleanup()
 
 
+def instance_cgroups() -> Dict[str, int]:
+    """{instance name: cgroup id} of the instance cgroups under llmops-sglang.slice now."""
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+
+    mount = _cgroup.v2_mount()
+    slice_dir = _cgroup.slice_path(mount) if mount else None
+    out: Dict[str, int] = {}
+    try:
+        names = os.listdir(slice_dir) if slice_dir else []
+    except OSError:
+        return out
+    for name in names:
+        try:
+            st = os.lstat(os.path.join(slice_dir, name))
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            out[name] = st.st_ino
+    return out
+
+
+def remove_instance_cgroup(name: str, timeout: float = 10) -> None:
+    """Kill what is left in the instance cgroup of a test's launch named `name` and remove it
+    (a test that stops its server by pid or process group leaves the cgroup behind)."""
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+
+    mount = _cgroup.v2_mount()
+    path = _cgroup.instance_path(mount, name) if mount else None
+    if path and os.path.isdir(path):
+        _cgroup.kill(path)
+        _cgroup.wait_empty(path, time.monotonic() + timeout)
+        _cgroup.remove(path)
+
+
+def _names_under(top: str) -> set:
+    """Every instance name this session's files could belong to: the part before the first dot
+    of each file and directory name under `top` (state dirs hold <name>.json, <name>.lock, ...;
+    instance names have no dots)."""
+    found = set()
+    for _dirpath, dirs, files in os.walk(top):
+        found.update(n.split(".", 1)[0] for n in dirs + files)
+    return found
+
+
+def leftover_cgroups(before: Dict[str, int], top: str) -> List[str]:
+    """Instance cgroups that appeared during this session, still exist, and carry the name of
+    an instance whose files lie under this session's temp root `top`: the ones it created."""
+    now = instance_cgroups()
+    ours = _names_under(top) if now else set()
+    return sorted(n for n, ino in now.items() if before.get(n) != ino and n in ours)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _kill_leftovers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """At the end of the session, SIGKILL anything still carrying this run's marker or
-    launched with a state dir inside this session's temp root."""
+    launched with a state dir inside this session's temp root; then fail the session (an error
+    at the teardown of its last test) if it left instance cgroups behind. Empty ones are
+    removed (rmdir only: a populated one is left alone, it may be another run's namesake)."""
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
+
+    before = instance_cgroups()
     yield
-    kill_pids(marked_pids(state_prefix=str(tmp_path_factory.getbasetemp())))
+    top = str(tmp_path_factory.getbasetemp())
+    kill_pids(marked_pids(state_prefix=top))
+    left = leftover_cgroups(before, top)
+    if left:
+        slice_dir = _cgroup.slice_path(_cgroup.v2_mount() or "/nonexistent")
+        kept = [n for n in left if not _cgroup.remove(os.path.join(slice_dir, n))]
+        pytest.fail("this test session left instance cgroups behind in %s: %s (%s): a test stopped its "
+                    "server without removing its cgroup; use the `launched` fixture or "
+                    "helpers.fixtures.remove_instance_cgroup" % (
+                        slice_dir, ", ".join(left), "still populated: %s" % ", ".join(kept) if kept else "removed now"),
+                    pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -250,23 +324,17 @@ def model_dir(tmp_path) -> str:
 def launched() -> Iterator[List[Dict[str, Any]]]:
     """Launch records a test appends; each server is stopped after the test by its cgroup
     (contained launches) and by its process group, and its instance cgroup emptied and removed."""
-    from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
     from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
 
     records: List[Dict[str, Any]] = []
     yield records
-    mount = _cgroup.v2_mount()
     for record in records:
         _containment.stop(record, grace_period=5, deadline=time.monotonic() + 20)
         try:
             os.killpg(record["pgid"], signal.SIGKILL)
         except (OSError, KeyError, TypeError):
             pass
-        path = _cgroup.instance_path(mount, record["name"]) if mount else None
-        if path and os.path.isdir(path):
-            _cgroup.kill(path)
-            _cgroup.wait_empty(path, time.monotonic() + 10)
-            _cgroup.remove(path)
+        remove_instance_cgroup(record["name"])
 
 
 @pytest.fixture

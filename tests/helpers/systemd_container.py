@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
@@ -68,6 +68,14 @@ for d in /lib/systemd/system/sysinit.target.wants /lib/systemd/system/sockets.ta
 done
 shift
 for u in "$@"; do ln -sf /dev/null "$R/etc/systemd/system/$u"; done
+# host directories the tests run from (the checkout, the venvs), read-only at the same path: one
+# under /tmp, /run or /dev is hidden by the container's own tmpfs there
+while IFS= read -r p; do
+  [ -n "$p" ] || continue
+  mkdir -p "$R$p"
+  mount --bind "$p" "$R$p"
+  mount -o remount,bind,ro "$R$p"
+done <<< "${LLMOPS_SD_BINDS:-}"
 ip link set lo up
 cd "$R"
 mkdir -p .oldroot
@@ -94,7 +102,13 @@ def available() -> Optional[str]:
 
 
 class SystemdContainer:
-    def __init__(self) -> None:
+    """`binds`: host directories seen read-only at the same path inside (the checkout wherever
+    it is, the venvs); the rest of the host's root is the overlay's lower layer."""
+
+    def __init__(self, binds: Sequence[str] = ()) -> None:
+        if any("\n" in b or not os.path.isabs(b) for b in binds):
+            raise ValueError("binds must be absolute paths without newlines: %r" % (binds,))
+        self.binds = [os.path.realpath(b) for b in binds]
         self.dir = tempfile.mkdtemp(prefix="llmops-sd-")
         self.cgroup = os.path.join(_cgroup.v2_mount() or "/nonexistent", "llmops-systemd-test-%s" % uuid.uuid4().hex[:8])
         self.pid: Optional[int] = None
@@ -111,7 +125,8 @@ class SystemdContainer:
         self.starter = subprocess.Popen(
             ["unshare", "--pid", "--fork", "--mount", "--cgroup", "--net", "--uts", "--ipc", "bash", script, base]
             + MASK, preexec_fn=lambda: _cgroup.join(self.cgroup), stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True)
+            stderr=subprocess.STDOUT, start_new_session=True,
+            env=dict(os.environ, LLMOPS_SD_BINDS="\n".join(self.binds)))
         log.close()
         deadline = time.monotonic() + timeout
         while True:

@@ -20,12 +20,15 @@ WHY_NOT = available()
 @pytest.fixture(scope="module")
 def seen() -> Iterator[Dict[str, Any]]:
     assert WHY_NOT is None, "the systemd container cannot run here: %s" % WHY_NOT
-    box = SystemdContainer()
+    emulator = emulator_python_path()
+    # the checkout and the emulator venv wherever they are (a clone under /tmp: the container's
+    # /tmp is its own)
+    box = SystemdContainer(binds=[ROOT, os.path.dirname(os.path.dirname(os.path.abspath(emulator)))])
     try:
         box.start()
         proc = box.run([os.path.join(ROOT, ".venv", "bin", "python"), os.path.join(ROOT, "tests", "integration",
                                                                                    "systemd_inner.py"),
-                        ROOT, emulator_python_path()], timeout=400, env={"PYTHONDONTWRITEBYTECODE": "1"})
+                        ROOT, emulator], timeout=400, env={"PYTHONDONTWRITEBYTECODE": "1"})
         assert proc.returncode == 0, proc.stderr[-4000:]
         yield json.loads(proc.stdout.strip().splitlines()[-1])
     finally:

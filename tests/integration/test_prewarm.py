@@ -100,15 +100,7 @@ def test_hf_snapshot_with_details(scratch):
     assert pc.total_resident(blob_files) == sum(os.path.getsize(p) for p in blob_files)
 
 
-def test_bad_paths_have_reasons(scratch):
-    missing = run_module("sglang_prewarm", {"model_path": os.path.join(scratch, "nope")})
-    assert missing["reason"] == "bad_model_path" and "does not exist" in missing["msg"]
-    empty = os.path.join(scratch, "empty")
-    os.makedirs(empty)
-    assert run_module("sglang_prewarm", {"model_path": empty})["reason"] == "no_weights"
-    afile = os.path.join(scratch, "model.safetensors")
-    pc.write_file(afile, 10)
-    assert run_module("sglang_prewarm", {"model_path": afile})["reason"] == "not_a_directory"
+# Model paths that cannot be warmed: tests/unit/modules/test_sglang_prewarm.yaml (in-process).
 
 
 def test_missing_psutil_is_named(model, scratch):

@@ -210,9 +210,9 @@ def test_node_rank_one_is_ready_on_the_dummy_health_line(spawn, emulator_python,
     assert result["phase"] == "dummy health server" and "ready" not in _phases(result)
 
 
-def test_a_record_that_is_not_a_json_object_is_record_invalid(state_dir):
+def test_a_record_that_is_not_a_json_object_is_record_damaged(state_dir):
     with open(os.path.join(state_dir, "broken.json"), "w") as fh:
         fh.write("[1, 2]")
     result = ready(state_dir, name="broken")
-    assert result["failed"] and result["reason"] == "record_invalid", result
+    assert result["failed"] and result["reason"] == "record_damaged", result
     assert "broken.json" in result["msg"]

@@ -21,10 +21,11 @@ def test_generate_must_write_a_new_dump(spawn, emulator_python, state_dir, log_f
     assert result["ready"] is True, result["msg"]
     work = result["work"]
     assert work["ok"] is True and work["status"] == 200 and work["kind"] == "generate"
-    # the warm-up's dump was there before the request; the proof names the request's own
-    assert len(_dumps(dump)) == 2
-    assert os.path.dirname(work["evidence"]) == dump and os.path.isfile(work["evidence"])
-    assert "new dump %s" % work["evidence"] in result["msg"]
+    # the warm-up's dump was there before the request; the proof names the request's own and,
+    # checked, removes it again: the dump directory is the training data, not the proof's
+    assert os.path.dirname(work["evidence"]) == dump and "new dump %s" % work["evidence"] in result["msg"]
+    assert work["removed"] is True and work["kept_why"] is None and not os.path.exists(work["evidence"])
+    assert len(_dumps(dump)) == 1 and "removed again" in result["msg"]
 
 
 def test_a_server_that_writes_no_dump_fails_the_work_proof(spawn, emulator_python, state_dir, log_file, tmp_path):
@@ -78,13 +79,10 @@ def test_a_sliced_wait_proves_work_once(spawn, emulator_python, state_dir, log_f
             break
         resume = res["resume_state"]
     assert slices > 1 and res["ready"] is True, res.get("msg")
-    assert res["work"]["ok"] is True
-    assert len(_dumps(dump)) == 2  # warm-up + one proof, however many slices
+    assert res["work"]["ok"] is True and res["work"]["removed"] is True
+    with open(log_file) as fh:  # the warm-up's and one proof's request, however many slices
+        assert sum('"POST /generate HTTP/1.1" 200' in line for line in fh) == 2
+    assert len(_dumps(dump)) == 1  # the warm-up's: the proof's own was removed again
 
 
-def test_work_options_are_checked(state_dir):
-    bad = run_module("sglang_ready", {"name": "ready", "state_dir": state_dir,
-                                      "work": {"kind": "chat_reasoning", "dump_dir": "/tmp/x"}})
-    assert bad["failed"] is True and bad["reason"] == "invalid_argument" and "work.dump_dir" in bad["msg"]
-    bad = run_module("sglang_ready", {"name": "ready", "state_dir": state_dir, "work": {"kind": "nope"}})
-    assert bad["failed"] is True and "kind" in bad["msg"]
+# The work options checked before any wait: tests/unit/modules/test_sglang_ready.yaml (in-process).

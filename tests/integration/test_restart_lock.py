@@ -23,12 +23,7 @@ def _lock_args(state_dir, **kw):
     return args
 
 
-def test_check_mode_writes_nothing(tmp_path):
-    state = str(tmp_path / "state")
-    res = run_module("sglang_lock", _lock_args(state), check_mode=True, diff=True)
-    assert res["_rc"] == 0 and res["changed"] is True, res
-    assert not os.path.exists(state)
-    assert "ops@ctl.example.org" in res["diff"]["after"]
+# Check mode writes nothing: tests/unit/modules/test_sglang_lock.yaml (in-process).
 
 
 def test_take_keep_refuse(tmp_path):

@@ -1,6 +1,6 @@
 """The restart tells the truth in every outcome (issue 28), through the real playbooks against
 the emulator: the summary's first line is where the host stands when it is printed. Each test
-failed on the code before the restart's state machine (plugins/filter/restart_outcome.py) and
+failed on the code before the restart's state machine (plugins/module_utils/_restart/_restart_outcome.py) and
 its final check (plugins/action/sglang_restart_outcome.py)."""
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from typing import Dict, List
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery as D
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _discovery as D
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._host._procs import Proc
 

@@ -243,7 +243,7 @@ def test_a_supervisor_that_cannot_join_its_cgroup_never_starts_the_server(tmp_pa
     marker = tmp_path / "started"
     fake = {"containment": "cgroup", "containment_why": "", "cgroup": str(tmp_path / "no-such-cgroup"),
             "cgroup_id": 1, "boot_id": None}
-    monkeypatch.setattr(_containment, "prepare", lambda name, backend, why="": dict(fake))
+    monkeypatch.setattr(_containment, "prepare", lambda name, backend, why="", state_dir=None: dict(fake))
     spec = _contained_spec(tmp_path, [sys.executable, "-c", "open(%r, 'w'); import time; time.sleep(30)"
                                       % str(marker)])
     with pytest.raises(SglangError) as info:

@@ -17,7 +17,7 @@ from typing import Dict, Iterator, List, Set
 import psutil
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _discovery
 from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 
@@ -179,7 +179,8 @@ def test_a_plain_probe_compiles_neither_the_flag_reader_nor_the_port_reader():
     from helpers.fixtures import COLLECTIONS
 
     code = ("import sys\n"
-            "from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe\nfrom ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _discovery\n"
             "print(sorted(m.rsplit('.', 1)[-1] for m in sys.modules if m.rsplit('.', 1)[-1] in "
             "('_flagcheck', '_introspect', '_ports')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

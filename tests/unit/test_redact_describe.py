@@ -69,7 +69,7 @@ def test_describe_process_is_the_one_process_description():
 def test_masked_argv_is_the_list_form_of_the_description():
     # results that keep argv as a list (the probe's port holders and server members) mask it
     # the same way and show `[comm]` for a process without a command line
-    from ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _discovery
     from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
     proc = _procs.Proc(pid=42, ppid=1, pgid=42, sid=42, comm="srv", state="S", uid=0, start_time=1.0,
                        cmdline=["srv", "--api-key", "k3y-old", "sglang::x --api-key k3y-old"])

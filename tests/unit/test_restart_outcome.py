@@ -1,5 +1,5 @@
 """The restart's state machine, in-process: every way a restart ends, against the host state it
-must report (plugins/filter/restart_outcome.py), and the decisions between its steps. The final
+must report (plugins/module_utils/_restart/_restart_outcome.py), and the decisions between its steps. The final
 liveness check (`live`) is what the instance looked like right before the line is printed."""
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ from ansible_collections.llmops.sglang.plugins.filter.restart_outcome import (ST
                                                                               restart_outcome, restart_rollback)
 
 OLD = {"pid": 100, "log_path": "/l/old.log", "fingerprint_inputs": {}}
+# the host's last proven-good launch as the plan reads it (what a rollback restores)
+GOOD = {"path": "/s/ex.good.json", "launch_id": "g1", "fingerprint": "f0", "promoted_at_utc": "2026-12-02T10:00:00Z",
+        "error": None}
 LOCK = {"reason": "taken", "lock_path": "/s/x.restart.lock", "holder": {"token": "tok-1"}}
-PLAN_CHANGE = {"changed": True, "reason": "config_changed", "record": OLD, "operation_lock": LOCK,
+PLAN_CHANGE = {"changed": True, "reason": "config_changed", "record": OLD, "operation_lock": LOCK, "last_good": GOOD,
                "changes": [{"key": "args.--mem-fraction-static", "before": 0.5, "after": 0.6}]}
-PLAN_RUNNING = {"changed": False, "reason": "running", "record": OLD, "operation_lock": LOCK}
+PLAN_RUNNING = {"changed": False, "reason": "running", "record": OLD, "operation_lock": LOCK, "last_good": GOOD}
 PLAN_NEW = {"changed": True, "reason": "new", "operation_lock": LOCK}
 TD = {"changed": True, "targets": [{"pid": 100}, {"pid": 101}],
       "killed": [{"pid": 100, "name": "python3", "signal": "SIGTERM"},
@@ -183,7 +186,7 @@ def test_rolled_back_when_the_new_server_crashes():
     assert out["state"] == "rolled_back" and out["head"] == "serving OLD config (rolled back)" and out["failed"]
     assert out["rollback"]["pid"] == 300 and out["rolled_back"] and not restart_rollback(back)["due"]
     text = "\n".join(out["summary"])
-    assert "rollback: old config relaunched, pid 300" in text and "ready: NO (fatal_log)" in text
+    assert "rollback: last proven-good config relaunched, pid 300" in text and "ready: NO (fatal_log)" in text
     assert text.count("Not enough memory") == 1, text
 
 
@@ -210,6 +213,41 @@ def test_a_failed_first_launch_has_nothing_to_roll_back_to():
     data = {"plan": PLAN_NEW, "launch": dict(LAUNCH, teardown=TD_NONE), "ready": CRASH, "live": DEAD}
     assert not restart_rollback(data)["due"]
     assert run(**data)["head"] == "DOWN (no server)"
+
+
+def test_the_rollback_restores_the_last_proven_good_launch_or_says_why_not():
+    """The rollback restores <name>.good.json (sglang_launch restore: last_good), not the plan's
+    in-memory record: none kept, or one that cannot be used, is no rollback, said in the summary."""
+    base = {"launch": LAUNCH, "ready": CRASH, "live": DEAD}
+    assert restart_rollback(dict(base, plan=PLAN_CHANGE))["due"]
+    never = dict(PLAN_CHANGE, last_good=None)
+    why = restart_rollback(dict(base, plan=never))
+    assert not why["due"] and "ever proven good" in why["why"]
+    out = run(plan=never, **base)
+    assert out["state"] == "down" and "rollback: none (no launch of this instance was ever proven good" in \
+        "\n".join(out["summary"])
+    broken = dict(PLAN_CHANGE, last_good=dict(GOOD, error="symlink refused"))
+    assert "cannot be used: symlink refused" in restart_rollback(dict(base, plan=broken))["why"]
+
+
+def test_a_later_run_after_an_interrupted_bad_restart_rolls_back_from_the_last_good_record():
+    """Finding 10: the interrupted run's new record replaced the good one, its server is dead;
+    the next run's plan sees nothing running but the host still keeps the last-good launch."""
+    plan = {"changed": True, "reason": "not_running", "operation_lock": LOCK, "last_good": GOOD,
+            "record": {"pid": 150}}
+    data = {"plan": plan, "launch": dict(LAUNCH, teardown=TD_NONE), "ready": CRASH, "live": DEAD}
+    assert restart_rollback(data)["due"]
+
+
+def test_a_rollback_that_failed_before_its_ready_task_is_not_read_as_the_restarts_ready():
+    """The rollback's tasks register under the restart's names: a ready result equal to the
+    restart's own is not the rollback's; an error its rescue kept is the cause."""
+    stale = {"plan": PLAN_CHANGE, "launch": LAUNCH, "ready": READY, "live": DEAD,
+             "rollback": {"launch": {"changed": True, "pid": 300}, "ready": READY,
+                          "record": {"attempted": True, "rolled_back": False, "reason": "Roll back: template error"}}}
+    out = run(**stale)
+    assert out["state"] == "down" and out["head"] == "DOWN (no server: the rollback failed too)"
+    assert "Roll back: template error" in "\n".join(out["summary"])
 
 
 def test_a_teardown_that_failed_after_signalling_is_partly_stopped_and_not_rolled_back():

@@ -9,8 +9,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-import requests
 
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 from ansible_collections.llmops.sglang.plugins.module_utils._fleet import _router
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
@@ -30,6 +30,19 @@ class Resp:
         raise ValueError("not json")
 
 
+def as_send(session: Any) -> _router.Send:
+    """A `send` for RouterClient over a fake session's .request (the _http.Response contract)."""
+    def send(method: str, url: str, api_key: Optional[str], payload: Any, timeout: float,
+             params: Optional[Dict[str, str]]) -> _http.Response:
+        headers = {"Authorization": "Bearer %s" % api_key} if api_key else {}
+        resp = session.request(method, url, headers=headers, timeout=timeout, params=params, json=payload)
+        if resp.status_code is None:
+            return _http.Response(None, None, resp.text, resp.text == "timed out")
+        return _http.Response(resp.status_code, resp._body, "HTTP %d" % resp.status_code
+                              if resp.status_code >= 400 else None)
+    return send
+
+
 class FakeRouter:
     """A session whose .request answers like the real routers. Queued changes (the workers
     API answers 202) take effect after `delay` further reads of the worker list."""
@@ -44,7 +57,6 @@ class FakeRouter:
         self.key = key
         self.pending: List[Tuple[int, str, Any]] = []  # (reads left, op, arg)
         self.calls: List[Tuple[str, str]] = []
-        self.trust_env = True
         self.never_healthy: set = set()
 
     # queued changes land after some reads, like the router's background jobs
@@ -121,7 +133,7 @@ class FakeRouter:
 
 
 def client(fake: FakeRouter, api_key: Optional[str] = None) -> _router.RouterClient:
-    return _router.RouterClient(ROUTER, api_key=api_key, session=fake)
+    return _router.RouterClient(ROUTER, api_key=api_key, send=as_send(fake))
 
 
 def opts(**kw: Any) -> _router.Options:
@@ -186,20 +198,40 @@ def test_wrong_api_key_is_router_refused_with_a_hint() -> None:
 
 def test_unreachable_router() -> None:
     class Down:
-        trust_env = True
-
         def request(self, *a: Any, **kw: Any) -> Resp:
-            raise requests.exceptions.ConnectionError("Connection refused")
+            return Resp(None, "[Errno 111] Connection refused")  # type: ignore[arg-type]
 
     with pytest.raises(SglangError) as err:
-        _router.ensure(_router.RouterClient(ROUTER, session=Down()), opts(worker_url=W1, state="absent"))
-    assert err.value.details["reason"] == "router_unreachable"
+        _router.ensure(_router.RouterClient(ROUTER, send=as_send(Down())), opts(worker_url=W1, state="absent"))
+    assert err.value.details["reason"] == "router_unreachable" and "Connection refused" in err.value.msg
 
 
-def test_a_proxy_from_the_environment_is_never_used() -> None:
-    fake = FakeRouter("workers")
-    client(fake)
-    assert fake.trust_env is False
+def test_a_redirect_is_refused_never_followed() -> None:
+    class Moved:
+        calls: List[str] = []
+
+        def request(self, method: str, url: str, **kw: Any) -> Resp:
+            self.calls.append(url)
+            return Resp(307, "")
+
+    moved = Moved()
+    with pytest.raises(SglangError) as err:
+        client(moved, api_key="k-123").workers()  # type: ignore[arg-type]
+    assert err.value.details["reason"] == "router_refused" and "redirect" in err.value.msg
+    assert moved.calls == [ROUTER + "/workers"]
+
+
+def test_the_router_is_asked_through_the_one_http_client(monkeypatch) -> None:
+    seen: List[Tuple[str, str, Any]] = []
+
+    def fetch(url: str, api_key: Any = None, method: str = "GET", payload: Any = None, timeout: float = 5.0,
+              max_bytes: int = _http.MAX_BODY, params: Any = None) -> _http.Response:
+        seen.append((method, url, params))
+        return _http.Response(200, {"workers": []})
+
+    monkeypatch.setattr(_http, "fetch", fetch)
+    assert _router.RouterClient(ROUTER).workers() == []
+    assert seen == [("GET", ROUTER + "/workers", None), ("GET", ROUTER + "/workers", None)]
 
 
 # -- absent -----------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ sglang server: a teardown's title sweep (sglang_processes, on by default) must n
 the probe must not count it as a server process. Synthetic snapshots; nothing is signalled."""
 from __future__ import annotations
 
-from ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _discovery
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from unit.test_targets import BASE, P, scope, select, world
 

@@ -122,7 +122,10 @@ def test_no_dataclass_of_a_modules_start_has_its_docstring_built_at_import(modul
 
     code = ("import dataclasses, sys\n"
             "import ansible_collections.llmops.sglang.plugins.modules.%s\n"
-            "from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs\nfrom ansible_collections.llmops.sglang.plugins.module_utils._probe import _discovery\nfrom ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe\nfrom ansible_collections.llmops.sglang.plugins.module_utils._host import _shm\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _discovery\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe\n"
+            "from ansible_collections.llmops.sglang.plugins.module_utils._host import _shm\n"
             "for name, mod in sorted(sys.modules.items()):\n"
             "    if '.plugins.module_utils._' in name:\n"
             "        for obj in vars(mod).values():\n"

@@ -126,3 +126,12 @@ def test_instance_label():
     assert action.instance_label({"name": "ext"}) == "ext"
     assert action.instance_label({"record": {"name": "srv"}}) == "srv"
     assert action.instance_label({}) == "sglang"
+
+
+def test_proven_names_the_launches_judged_ready(state):
+    assert ts.proven(state, "ext", "L1") is False                     # nothing remembered: never judged
+    assert ts.proven(None, "ext", "L1") is None and ts.proven(state, "ext", None) is None
+    ts.remember(state, "ext", "L1", 250.0, PHASES)
+    ts.remember(state, "ext", "L2", 240.0, PHASES)
+    assert ts.proven(state, "ext", "L2") and ts.proven(state, "ext", "L1")   # the last start and the one before
+    assert ts.proven(state, "ext", "L3") is False

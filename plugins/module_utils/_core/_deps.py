@@ -1,31 +1,29 @@
 """PRIVATE to llmops.sglang. The Python libraries the modules need on a managed host (psutil,
-requests), and which interpreter on the host has them when the one running the module does not.
+requests), and the rule for which interpreter may be run, or named, when the one running the
+module lacks them.
 
-An sglang venv has both (SGLang depends on them), so the interpreters worth naming are found the
-way discovery finds sglang: the module's own `venv`/`python` parameters, the interpreters of this
-host's launch records, those of running sglang servers, then the sglang installs under the
-search globs. Each is checked with `python -c "import psutil, requests"`, but only an interpreter
-that nobody but root or this user can replace is ever run (or named): advice to run modules as
-root under another user's python would hand that user root.
+The search itself (the module's own `venv`/`python`, launch records, running sglang servers,
+sglang installs) lives in _sglang/_depsearch: it is sglang discovery, and this package is below
+it. Only an interpreter that nobody but root or this user can replace is ever run (or named):
+advice to run modules as root under another user's python would hand that user root. Nor one
+reached through /proc or resolving to another file than its path names here: `/proc/<pid>/root/`
+opens a container's filesystem (another mount namespace), which this host's trust rules never saw.
 """
 from __future__ import annotations
 
-import glob
 import importlib
 import importlib.util
-import json
 import os
 import pwd
 import stat
 import subprocess
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 REQUIRED = ("psutil", "requests")
 # What to install for the interpreter a module runs with (Debian/Ubuntu package names).
 SYSTEM_PACKAGES = {"psutil": "python3-psutil", "requests": "python3-requests"}
 CHECK_TIMEOUT = 10.0
-MAX_CHECKED = 8
 
 
 def missing(libs: Sequence[str] = REQUIRED, import_them: bool = True) -> List[str]:
@@ -68,6 +66,29 @@ def _entry_problem(path: str, euid: int) -> Optional[str]:
     return None
 
 
+def _under_proc(path: str) -> bool:
+    return path == "/proc" or path.startswith("/proc/")
+
+
+def other_view(path: str) -> Optional[str]:
+    """None when `path` is a file of this module's own mount namespace, as the trust walk sees
+    it; else why not. A path through /proc (`/proc/<pid>/root/usr/bin/python3`, `/proc/<pid>/exe`)
+    is another process's view: its magic links lead into a container's filesystem while the
+    resolved string names a host file. Any other way there (a link into /proc) shows as the path
+    opening another file than its resolved string."""
+    full, real = os.path.abspath(path), os.path.realpath(path)
+    if _under_proc(full) or _under_proc(real):
+        return "a path through /proc (%s): another process's view of the filesystem, perhaps another " \
+               "mount namespace (a container)" % path
+    try:
+        opened, named = os.stat(full), os.stat(real)
+    except OSError:
+        return None  # the trust walk names what cannot be read
+    if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+        return "%s opens another file than %s names in this mount namespace" % (path, real)
+    return None
+
+
 def untrusted_reason(path: str, euid: Optional[int] = None) -> Optional[str]:
     """None when nobody but root or this user (`euid`) can replace `path`: the path as given
     and its real target, and every directory above both, are theirs and closed to others.
@@ -75,6 +96,9 @@ def untrusted_reason(path: str, euid: Optional[int] = None) -> Optional[str]:
     euid = os.geteuid() if euid is None else euid
     if not os.path.isabs(path):
         return "not an absolute path (%s)" % path
+    elsewhere = other_view(path)
+    if elsewhere is not None:
+        return elsewhere
     for full in (os.path.abspath(path), os.path.realpath(path)):
         probe = full
         while True:
@@ -97,76 +121,6 @@ def trusted(python: str, euid: Optional[int] = None) -> bool:
     return os.path.isfile(real) and os.access(real, os.X_OK)
 
 
-def _record_interpreters(state_dirs: Iterable[str]) -> List[str]:
-    """The interpreters this host's launch records name (the venv each instance runs from)."""
-    out = []
-    for state_dir in state_dirs:
-        for path in sorted(glob.glob(os.path.join(state_dir, "*.json"))):
-            if path.endswith(".exit.json"):
-                continue
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    rec = json.load(fh)
-            except (OSError, ValueError):
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("interpreter"), str):
-                out.append(rec["interpreter"])
-    return out
-
-
-def _is_sglang_main(argv: List[str]) -> bool:
-    if "sglang.launch_server" in argv:
-        return True
-    return len(argv) > 2 and os.path.basename(argv[1]) == "sglang" and argv[2] == "serve"
-
-
-def sglang_command_lines(proc_root: str = "/proc") -> List[Tuple[int, int, List[str]]]:
-    """(pid, uid, argv) of every process whose command line starts an sglang server
-    (`<python> -m sglang.launch_server`, `<python> <venv>/bin/sglang serve`). /proc is read by
-    hand on purpose: this runs exactly when psutil is what is missing."""
-    out: List[Tuple[int, int, List[str]]] = []
-    try:
-        entries = sorted((e for e in os.listdir(proc_root) if e.isdigit()), key=int)
-    except OSError:
-        return out
-    for entry in entries:
-        try:
-            with open(os.path.join(proc_root, entry, "cmdline"), "rb") as fh:
-                argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
-            uid = os.stat(os.path.join(proc_root, entry)).st_uid
-        except OSError:
-            continue
-        if argv and _is_sglang_main(argv):
-            out.append((int(entry), uid, argv))
-    return out
-
-
-def running_interpreters(proc_root: str = "/proc") -> List[str]:
-    """Interpreters of running sglang servers (absolute python paths only: they can be named)."""
-    return [argv[0] for _pid, _uid, argv in sglang_command_lines(proc_root)
-            if os.path.isabs(argv[0]) and "python" in os.path.basename(argv[0])]
-
-
-def _installed_interpreters(search_paths: Optional[Sequence[str]]) -> List[str]:
-    from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import DEFAULT_SEARCH_PATHS, discover
-
-    return [i["python"] for i in discover(list(search_paths or DEFAULT_SEARCH_PATHS)) if i.get("python")]
-
-
-def candidates(hints: Sequence[str] = (), state_dirs: Sequence[str] = (),
-               search_paths: Optional[Sequence[str]] = None) -> List[str]:
-    """Interpreters worth checking, best first, each once; never the one running this module."""
-    own = os.path.abspath(sys.executable)
-    ordered = list(hints) + _record_interpreters(state_dirs) + running_interpreters()
-    ordered += _installed_interpreters(search_paths)
-    out: List[str] = []
-    for python in ordered:
-        path = os.path.abspath(python) if os.path.isabs(python) else None
-        if path and path != own and path not in out:
-            out.append(path)
-    return out
-
-
 def has_libs(python: str, libs: Sequence[str] = REQUIRED, timeout: float = CHECK_TIMEOUT) -> bool:
     """Does `python` import `libs` by itself (no PYTHONPATH from this module's environment)?"""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
@@ -177,36 +131,6 @@ def has_libs(python: str, libs: Sequence[str] = REQUIRED, timeout: float = CHECK
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0
-
-
-def interpreter_with(libs: Sequence[str] = REQUIRED, hints: Sequence[str] = (), state_dirs: Sequence[str] = (),
-                     search_paths: Optional[Sequence[str]] = None, limit: int = MAX_CHECKED) -> Optional[str]:
-    """The first trusted interpreter on this host that imports `libs`, or None."""
-    checked = 0
-    for python in candidates(hints, state_dirs, search_paths):
-        if checked >= limit:
-            break
-        if not trusted(python):
-            continue
-        checked += 1
-        if has_libs(python, libs):
-            return python
-    return None
-
-
-def hints_from(params: Mapping[str, Any]) -> Dict[str, Any]:
-    """Where a module's own parameters say sglang (and so psutil and requests) should be."""
-    hints = []
-    venv = params.get("venv")
-    if venv:
-        hints += [os.path.join(os.path.expanduser(venv), "bin", n) for n in ("python", "python3")]
-        hints = [h for h in hints if os.path.exists(h)][:1]
-    if params.get("python") and os.path.isabs(os.path.expanduser(params["python"])):
-        hints.append(os.path.expanduser(params["python"]))
-    from ansible_collections.llmops.sglang.plugins.module_utils._host._record import default_state_dir
-
-    state_dirs = [params.get("state_dir") or default_state_dir()]
-    return {"hints": hints, "state_dirs": state_dirs, "search_paths": params.get("search_paths")}
 
 
 def message(lacking: Sequence[str], found: Optional[str]) -> str:
@@ -223,24 +147,3 @@ def message(lacking: Sequence[str], found: Optional[str]) -> str:
                    "running servers): install %s for %s (Debian/Ubuntu: apt-get install %s), or point "
                    "ansible_python_interpreter at the sglang venv's python"
                    % (" and ".join(REQUIRED), names, sys.executable, packages))
-
-
-def report(libs: Sequence[str] = REQUIRED, params: Optional[Mapping[str, Any]] = None,
-           import_them: bool = True) -> Optional[Dict[str, Any]]:
-    """None when every library imports; else {msg, missing_libraries, interpreter_with_libraries}
-    naming an interpreter that has them, when one exists."""
-    lacking = missing(libs, import_them)
-    if not lacking:
-        return None
-    found = interpreter_with(libs, **hints_from(params or {}))
-    return {"msg": message(lacking, found), "missing_libraries": lacking, "interpreter_with_libraries": found}
-
-
-def require(module: Any, libs: Sequence[str] = REQUIRED, import_them: bool = False) -> None:
-    """Call first in main(): fail with reason `missing_library` when `libs` are not installed.
-    Looked up, not imported (requests alone costs ~0.1 s of every start; it is imported where
-    used, and a broken install is reported there); `import_them` for a library the module has
-    imported already (free to ask again): one that is installed but does not import is named too."""
-    found = report(libs, module.params, import_them=import_them)
-    if found is not None:
-        module.fail_json(reason="missing_library", **found)

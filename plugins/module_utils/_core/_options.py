@@ -37,7 +37,14 @@ def teardown() -> Dict[str, Any]:
         shm_cleanup=dict(type="bool", default=True),
         shm_dir=dict(type="path", default="/dev/shm"),
         purge_paths=dict(type="list", elements="path", default=[]),
+        takeover=dict(type="list", elements="str", default=[]),
     )
+
+
+def teardown_module() -> Dict[str, Any]:
+    """sglang_teardown's whole argument spec: the module's, and what its action plugin (on the
+    controller, which never imports a module file) validates a task against."""
+    return merged(STATE_DIR, GPU_BACKEND, teardown(), name=dict(type="str"))
 
 
 def merged(*specs: Dict[str, Any], **own: Any) -> Dict[str, Any]:

@@ -1,4 +1,4 @@
-"""PRIVATE to llmops.sglang. The SGLang router's worker API over HTTP (requests), both generations.
+"""PRIVATE to llmops.sglang. The SGLang router's worker API over HTTP (the one client, _http), both generations.
 
 Checked against the real routers (python -m sglang_router.launch_router, emulator workers):
 
@@ -13,28 +13,25 @@ Checked against the real routers (python -m sglang_router.launch_router, emulato
   a listed worker is one the router found healthy when it was added.
 - Both: GET /readiness -> {status, healthy_workers, total_workers}.
 
-`requests` is imported lazily: a host without it gets Ansible's missing_required_lib message
-from the module, not an import error.
+HTTP goes through the collection's one client (_core/_http): no proxy from the environment, a
+total deadline and a bounded body for every request, and no redirect followed - the api key goes
+only to the router URL the operator named (a 3xx is the router refusing, never a new address).
+A host without requests gets Ansible's missing_required_lib message from the module.
 """
 from __future__ import annotations
 
+import json
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.parse import quote, urlsplit
 
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
-try:
-    import requests
-
-    HAS_REQUESTS = True
-    REQUESTS_IMPORT_ERROR: Optional[str] = None
-except ImportError as _exc:  # pragma: no cover - depends on the host
-    requests = None  # type: ignore[assignment]
-    HAS_REQUESTS = False
-    REQUESTS_IMPORT_ERROR = str(_exc)
+# Sends one request: (method, url, api_key, json payload, timeout, query params) -> answer.
+Send = Callable[[str, str, Optional[str], Any, float, Optional[Mapping[str, str]]], _http.Response]
 
 API_WORKERS = "workers"
 API_LEGACY = "legacy"
@@ -116,56 +113,63 @@ def healthy_others(workers: List[Worker], url: str) -> int:
     return sum(1 for w in workers if w is not target and w.healthy is not False)
 
 
-def _excerpt(resp: Any) -> str:
-    text = (getattr(resp, "text", "") or "").strip().replace("\n", " ")
-    return text[:300]
+def _excerpt(resp: _http.Response) -> str:
+    body = resp.body
+    text = body if isinstance(body, str) else json.dumps(body) if body is not None else ""
+    return text.strip().replace("\n", " ")[:300]
+
+
+def _send(method: str, url: str, api_key: Optional[str], payload: Any, timeout: float,
+          params: Optional[Mapping[str, str]]) -> _http.Response:
+    return _http.fetch(url, api_key, method, payload, timeout, params=params)
 
 
 class RouterClient:
-    """One router, one session. Every failure is an SglangError with a reason code."""
+    """One router. Every failure is an SglangError with a reason code."""
 
     def __init__(self, url: str, api_key: Optional[str] = None, timeout: float = 10.0,
-                 api: str = "auto", session: Any = None) -> None:
-        if not HAS_REQUESTS and session is None:
+                 api: str = "auto", send: Optional[Send] = None) -> None:
+        if send is None and not _http.HAS_REQUESTS:
             raise SglangError("the Python library requests is needed on the host that talks to "
                               "the router", reason="missing_library")
         self.url = normalize_url(url)
         self.timeout = timeout
-        self.session = session if session is not None else requests.Session()
-        self.session.trust_env = False  # a proxy from the environment never sees the router
-        self.headers = {"Authorization": "Bearer %s" % api_key} if api_key else {}
+        self.send: Send = send or _send
+        self._api_key = api_key
         if api not in API_CHOICES:
             raise SglangError("api must be one of %s" % ", ".join(API_CHOICES), reason="invalid_argument")
         self._api: Optional[str] = None if api == "auto" else api
 
     # -- transport ------------------------------------------------------------------------------
-    def _call(self, method: str, path: str, timeout: Optional[float] = None, **kwargs: Any) -> Any:
-        try:
-            return self.session.request(method, self.url + path, headers=self.headers,
-                                        timeout=timeout or self.timeout, **kwargs)
-        except requests.exceptions.Timeout:
+    def _call(self, method: str, path: str, timeout: Optional[float] = None, payload: Any = None,
+              params: Optional[Mapping[str, str]] = None) -> _http.Response:
+        """One request to the router URL as named (never a redirect's target: a 3xx is refused)."""
+        wait = timeout or self.timeout
+        resp = self.send(method, self.url + path, self._api_key, payload, wait, params)
+        if resp.status is None and resp.timed_out:
             raise SglangError("the router at %s did not answer %s %s within %.0f s"
-                              % (self.url, method, path, timeout or self.timeout),
-                              reason="router_unreachable") from None
-        except requests.exceptions.RequestException as exc:
-            raise SglangError("cannot reach the router at %s: %s" % (self.url, type(exc).__name__),
-                              reason="router_unreachable", error=str(exc)[:300]) from None
+                              % (self.url, method, path, wait), reason="router_unreachable")
+        if resp.status is None:
+            raise SglangError("cannot reach the router at %s: %s" % (self.url, (resp.error or "no answer")[:300]),
+                              reason="router_unreachable", error=(resp.error or "")[:300])
+        if 300 <= resp.status < 400:
+            raise SglangError("the router at %s answered %s %s with a redirect (HTTP %d): not followed, the "
+                              "api key goes only to the router URL given" % (self.url, method, path, resp.status),
+                              reason="router_refused", status=resp.status)
+        return resp
 
-    def _refused(self, resp: Any, what: str) -> SglangError:
-        if resp.status_code in (401, 403):
+    def _refused(self, resp: _http.Response, what: str) -> SglangError:
+        if resp.status in (401, 403):
             return SglangError("the router at %s refused %s: HTTP %d (api_key missing or wrong)"
-                               % (self.url, what, resp.status_code), reason="router_refused",
-                               status=resp.status_code)
-        return SglangError("the router at %s refused %s: HTTP %d %s"
-                           % (self.url, what, resp.status_code, _excerpt(resp)),
-                           reason="router_refused", status=resp.status_code, body=_excerpt(resp))
+                               % (self.url, what, resp.status), reason="router_refused",
+                               status=resp.status)
+        return SglangError("the router at %s refused %s: HTTP %s %s"
+                           % (self.url, what, resp.status, _excerpt(resp)),
+                           reason="router_refused", status=resp.status, body=_excerpt(resp))
 
     @staticmethod
-    def _json(resp: Any) -> Any:
-        try:
-            return resp.json()
-        except ValueError:
-            return None
+    def _json(resp: _http.Response) -> Any:
+        return resp.body if isinstance(resp.body, (dict, list)) else None
 
     # -- API detection ------------------------------------------------------------------------
     @property
@@ -177,33 +181,33 @@ class RouterClient:
     def _detect(self) -> str:
         resp = self._call("GET", "/workers")
         body = self._json(resp)
-        if resp.status_code == 200 and isinstance(body, dict) and isinstance(body.get("workers"), list):
+        if resp.status == 200 and isinstance(body, dict) and isinstance(body.get("workers"), list):
             return API_WORKERS
-        if resp.status_code in (401, 403):
+        if resp.status in (401, 403):
             raise self._refused(resp, "GET /workers")
         legacy = self._call("GET", "/list_workers")
         body = self._json(legacy)
-        if legacy.status_code == 200 and isinstance(body, dict) and isinstance(body.get("urls"), list):
+        if legacy.status == 200 and isinstance(body, dict) and isinstance(body.get("urls"), list):
             return API_LEGACY
-        if legacy.status_code in (401, 403):
+        if legacy.status in (401, 403):
             raise self._refused(legacy, "GET /list_workers")
         raise SglangError("%s does not look like an SGLang router: GET /workers answered HTTP %d and "
-                          "GET /list_workers HTTP %d" % (self.url, resp.status_code, legacy.status_code),
-                          reason="router_refused", status=legacy.status_code)
+                          "GET /list_workers HTTP %d" % (self.url, resp.status, legacy.status),
+                          reason="router_refused", status=legacy.status)
 
     # -- reads ------------------------------------------------------------------------------------
     def workers(self) -> List[Worker]:
         if self.api == API_WORKERS:
             resp = self._call("GET", "/workers")
             body = self._json(resp)
-            if resp.status_code != 200 or not isinstance(body, dict):
+            if resp.status != 200 or not isinstance(body, dict):
                 raise self._refused(resp, "GET /workers")
             return [Worker(url=str(w.get("url", "")), id=w.get("id"), healthy=w.get("is_healthy"),
                            load=w.get("load"), raw=w)
                     for w in body.get("workers") or [] if isinstance(w, dict)]
         resp = self._call("GET", "/list_workers")
         body = self._json(resp)
-        if resp.status_code != 200 or not isinstance(body, dict):
+        if resp.status != 200 or not isinstance(body, dict):
             raise self._refused(resp, "GET /list_workers")
         return [Worker(url=str(u)) for u in body.get("urls") or []]
 
@@ -217,7 +221,7 @@ class RouterClient:
         """GET /workers/{id}: a queued addition's job_status (workers API only)."""
         resp = self._call("GET", "/workers/%s" % quote(worker_id, safe=""))
         body = self._json(resp)
-        return body if resp.status_code == 200 and isinstance(body, dict) else None
+        return body if resp.status == 200 and isinstance(body, dict) else None
 
     # -- writes -----------------------------------------------------------------------------------
     def remove(self, worker: Worker) -> Dict[str, Any]:
@@ -226,26 +230,26 @@ class RouterClient:
                 raise SglangError("the router lists %s without an id: cannot remove it" % worker.url,
                                   reason="router_refused")
             resp = self._call("DELETE", "/workers/%s" % quote(worker.id, safe=""))
-            if resp.status_code == 404:
+            if resp.status == 404:
                 return {"status": 404, "note": "already gone"}
         else:
             resp = self._call("POST", "/remove_worker", params={"url": worker.url})
-        if resp.status_code not in (200, 202, 204):
+        if resp.status not in (200, 202, 204):
             raise self._refused(resp, "the removal of %s" % worker.url)
-        return {"status": resp.status_code, "body": self._json(resp) or _excerpt(resp)}
+        return {"status": resp.status, "body": self._json(resp) or _excerpt(resp)}
 
     def add(self, url: str, timeout: float) -> Dict[str, Any]:
         """Ask the router to add `url`. The legacy API answers only once the worker is healthy
         (so it gets the whole `timeout`); the workers API queues it (202)."""
         if self.api == API_WORKERS:
-            resp = self._call("POST", "/workers", json={"url": url})
+            resp = self._call("POST", "/workers", payload={"url": url})
         else:
             resp = self._call("POST", "/add_worker", params={"url": url}, timeout=max(timeout, self.timeout))
-            if resp.status_code == 400 and "already exists" in _excerpt(resp):
+            if resp.status == 400 and "already exists" in _excerpt(resp):
                 return {"status": 400, "note": "already listed"}
-        if resp.status_code not in (200, 201, 202):
+        if resp.status not in (200, 201, 202):
             raise self._refused(resp, "the addition of %s" % url)
-        return {"status": resp.status_code, "body": self._json(resp) or _excerpt(resp)}
+        return {"status": resp.status, "body": self._json(resp) or _excerpt(resp)}
 
 
 def poll(read: Callable[[], Any], done: Callable[[Any], bool], timeout: float, interval: float,

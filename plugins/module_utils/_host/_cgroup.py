@@ -14,12 +14,14 @@ inode number (the kernel's cgroup id, not reused while the host is up).
 from __future__ import annotations
 
 import errno
+import fcntl
+import json
 import os
 import select
 import signal
 import stat
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
@@ -91,39 +93,176 @@ def _os_error(action: str, path: str, exc: OSError) -> SglangError:
                        path=path)
 
 
-def create(mount: str, name: str) -> str:
-    """A fresh, empty instance cgroup owned by this user; returns its path.
+# The claim of an instance cgroup (see create): who made it, as an extended attribute of the
+# cgroup's directory (cgroupfs keeps user.* xattrs of its owner).
+CLAIM_XATTR = "user.llmops_sglang.claim"
+# Longest wait for another launcher's look at the slice (a few syscalls, never a spawn).
+CLAIM_WAIT_S = 10.0
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# path -> (descriptor holding the claim lock, cgroup id): the claims this process holds.
+_HELD: Dict[str, Tuple[int, int]] = {}
 
-    An existing one of ours that still has members is a running instance (this state dir's or
-    another's with the same name): refused with reason cgroup_busy, never mixed with. An empty one
-    is removed and made again, so the new launch gets a new cgroup id and a stale record naming
-    the old id can never reach the new server."""
+
+def _flock(fd: int, wait_s: float) -> bool:
+    """LOCK_EX on `fd` within `wait_s` seconds (0: one try)."""
+    until = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= until:
+                return False
+            time.sleep(0.005)
+
+
+def lock_holders(path: str) -> List[int]:
+    """Pids holding a flock on the directory `path` (/proc/locks): the launcher of a launch in
+    progress. Read without locking, so a look (check mode) never blocks a real claimant."""
+    try:
+        st = os.lstat(path)
+        with open("/proc/locks", "r", encoding="ascii", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    want = "%02x:%02x:%d" % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    pids = []
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 11672 00:26:576 0 EOF" ("->" marks a blocked waiter)
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == want and fields[4].isdigit():
+            pids.append(int(fields[4]))
+    return sorted(set(p for p in pids if p > 0))
+
+
+def claimant(path: str) -> Dict[str, Any]:
+    """What the launch that made the cgroup wrote about itself ({} when nothing is readable)."""
+    try:
+        raw = os.getxattr(path, CLAIM_XATTR, follow_symlinks=False)
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def claimant_text(path: str) -> str:
+    """`, claimed by launcher pid P for state dir S`, or "" when nothing is known."""
+    info = claimant(path)
+    pid = " pid %d" % info["pid"] if isinstance(info.get("pid"), int) else ""
+    state = " for state dir %s" % info["state_dir"] if isinstance(info.get("state_dir"), str) else ""
+    return ", claimed by launcher%s%s" % (pid, state) if pid or state else ""
+
+
+def _in_progress(path: str, name: str, holders: List[int]) -> str:
+    who = "launcher pid %s" % ", ".join(map(str, holders)) if holders else "another launcher"
+    return ("cgroup %s is being claimed right now by %s%s: another launch of instance %r is starting"
+            % (path, who, claimant_text(path), name))
+
+
+def _members_problem(path: str, name: str) -> Optional[str]:
+    busy = members(path)
+    if not busy:
+        return None
+    return ("cgroup %s already holds %d process(es) (pids %s)%s: another launch of instance %r is still running"
+            % (path, len(busy), ", ".join(str(p) for p in busy[:10]), claimant_text(path), name))
+
+
+def busy_problem(path: str, name: str) -> Optional[str]:
+    """Why the existing instance cgroup `path` is taken (None when it is free): processes in it,
+    or a launch that claimed it and has not finished starting (its launcher holds the claim).
+    The claim is read first: a launcher lets go only once its supervisor is inside, so no launch
+    can slip between the two looks."""
+    holders = [p for p in lock_holders(path) if p != os.getpid() or path not in _HELD]
+    return _members_problem(path, name) or (_in_progress(path, name, holders) if holders else None)
+
+
+def _busy(path: str, name: str, problem: str) -> SglangError:
+    return SglangError(problem + "; stop it with sglang_teardown first", reason="cgroup_busy", path=path,
+                       pids=members(path), claimant=claimant(path))
+
+
+def _take_over(path: str, name: str) -> None:
+    """Under the slice lock: an existing instance cgroup is free only when no process is in it
+    and no launcher holds its claim; then it is removed (a new launch gets a new cgroup id)."""
+    _check_owned_dir(path)
+    release(path)  # a claim this process still holds from an earlier launch of its own
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        # the claim first: a launcher lets go of it only once its supervisor is inside, so
+        # holding it now means the members read next are all there will be
+        claimed = not _flock(fd, 0)
+        problem = _members_problem(path, name) or (_in_progress(path, name, lock_holders(path)) if claimed else None)
+        if problem:
+            raise _busy(path, name, problem)
+        if not remove(path):
+            raise _busy(path, name, "cgroup %s could not be removed and made fresh (a process joined it "
+                                    "meanwhile%s)" % (path, claimant_text(path)))
+    finally:
+        os.close(fd)
+
+
+def create(mount: str, name: str, owner: Optional[Dict[str, Any]] = None) -> str:
+    """A fresh, empty instance cgroup owned by this user, CLAIMED by this process; its path.
+
+    A claim is atomic across launchers (any state dir): the slice is locked while one looks and
+    creates, and the new cgroup's own lock is held by this process until `release` (the launch
+    has its supervisor inside, or failed), its claimant (`owner`: state dir, this pid) written on
+    it. An existing cgroup with members, or with a claim held by a launcher, is another launch of
+    this instance: refused with reason cgroup_busy naming it. One with neither is removed and made
+    again, so the new launch gets a new cgroup id and a stale record naming the old id can never
+    reach the new server."""
     try:
         _mkdir_owned(slice_path(mount), 0o755)
+        slice_fd = os.open(slice_path(mount), _DIR_FLAGS)
     except OSError as exc:
         raise _os_error("create", slice_path(mount), exc)
     path = instance_path(mount, name)
-    if os.path.lexists(path):
-        _check_owned_dir(path)
-        busy = members(path)
-        if busy:
-            raise SglangError("cgroup %s already holds %d process(es) (pids %s): another launch of instance %r is "
-                              "still running; stop it with sglang_teardown first"
-                              % (path, len(busy), ", ".join(str(p) for p in busy[:10]), name),
-                              reason="cgroup_busy", path=path, pids=busy)
-        if not remove(path):
-            raise SglangError("cgroup %s could not be removed and made fresh (a process joined it meanwhile)" % path,
-                              reason="cgroup_busy", path=path)
     try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        raise SglangError("cgroup %s was created by someone else meanwhile; refusing it" % path,
-                          reason="unsafe_cgroup", path=path)
-    except OSError as exc:
-        raise _os_error("create", path, exc)
-    _check_owned_dir(path)
-    os.chmod(path, 0o700)
+        if not _flock(slice_fd, CLAIM_WAIT_S):
+            raise SglangError("cannot claim cgroup %s: another launcher has held %s for %g s"
+                              % (path, slice_path(mount), CLAIM_WAIT_S), reason="cgroup_busy", path=path)
+        if os.path.lexists(path):
+            _take_over(path, name)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            raise SglangError("cgroup %s was created by someone else meanwhile; refusing it" % path,
+                              reason="unsafe_cgroup", path=path)
+        except OSError as exc:
+            raise _os_error("create", path, exc)
+        fd = os.open(path, _DIR_FLAGS)
+        st = os.fstat(fd)
+        _flock(fd, 0)  # nobody else can have it yet: made just now, under the slice lock
+        _HELD[path] = (fd, st.st_ino)
+        _check_owned_dir(path)
+        os.chmod(path, 0o700)
+        info = dict(owner or {})
+        info.setdefault("pid", os.getpid())
+        try:
+            os.setxattr(fd, CLAIM_XATTR, json.dumps(info, sort_keys=True).encode("utf-8"))
+        except (OSError, AttributeError):
+            pass  # no user xattrs here: a refusal names the members and the launcher pid only
+    finally:
+        os.close(slice_fd)  # closing drops the slice lock
     return path
+
+
+def release(path: Optional[str]) -> None:
+    """Let go of this process's claim on `path` (its members, if any, keep it taken)."""
+    held = _HELD.pop(path, None) if isinstance(path, str) else None
+    if held is not None:
+        os.close(held[0])
+
+
+def holds(path: Optional[str], cgroup_id: object) -> bool:
+    """True when this process claimed `path` and it is still that cgroup (same id)."""
+    held = _HELD.get(path) if isinstance(path, str) else None
+    if held is None or held[1] != cgroup_id:
+        return False
+    try:
+        return os.lstat(path).st_ino == held[1]  # type: ignore[arg-type]
+    except OSError:
+        return False
 
 
 def writable(mount: Optional[str]) -> Tuple[bool, str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
@@ -120,20 +121,19 @@ def launch_problem(name: str, backend: str) -> Optional[str]:
         _cgroup.check_owned(path)
     except SglangError as exc:
         return exc.msg
-    busy = _cgroup.members(path)
-    if busy:
-        return "cgroup %s already holds %d process(es) (pids %s): another launch of instance %r is still running" \
-               % (path, len(busy), ", ".join(str(p) for p in busy[:10]), name)
-    return None
+    return _cgroup.busy_problem(path, name)
 
 
-def prepare(name: str, backend: str, why: str = "") -> Dict[str, Any]:
+def prepare(name: str, backend: str, why: str = "", state_dir: Optional[str] = None) -> Dict[str, Any]:
     """The record fields of the containment, creating the instance cgroup for `cgroup` (fresh
-    and empty, or SglangError cgroup_busy / unsafe_cgroup / containment_unavailable)."""
+    and empty, or SglangError cgroup_busy / unsafe_cgroup / containment_unavailable). The cgroup
+    (or the unit) is CLAIMED for this launch: a second launch of the same name, from any state
+    dir, is refused naming this one until `release` (and after it, while its members live)."""
     if backend == "none":
         return {"containment": "none", "containment_why": why, "cgroup": None}
     if backend == "cgroup":
-        path = _cgroup.create(_mount_or_fail(), _record.validate_name(name))
+        owner = {"state_dir": state_dir, "pid": os.getpid(), "claimed_at": round(time.time(), 3)}
+        path = _cgroup.create(_mount_or_fail(), _record.validate_name(name), owner)
         return {"containment": "cgroup", "containment_why": why, "cgroup": path, "cgroup_id": _cgroup.cgroup_id(path),
                 "boot_id": boot_id()}
     if backend == "systemd":
@@ -144,10 +144,16 @@ def prepare(name: str, backend: str, why: str = "") -> Dict[str, Any]:
         problem = launch_problem(name, "systemd")
         if problem:
             raise SglangError(problem + "; stop it with sglang_teardown first", reason="cgroup_busy", unit=unit)
-        _systemd.release(unit)  # a failed run of the unit must not keep the name taken
+        # A failed run of the unit must not keep the name taken. Never `stop`: another launch may
+        # have started the unit since the look above, and stopping it would kill its server.
+        _systemd.reset_failed(unit)
+        # The claim is systemd-run itself (it refuses a unit name that exists); the unit's
+        # description names its claimant, so a second one is refused naming the first and a
+        # failed launch discards only a unit carrying its own claim.
+        claim = "claim %s, state dir %s, launcher pid %d" % (uuid.uuid4().hex[:12], state_dir or "?", os.getpid())
         # cgroup and cgroup_id exist once the unit runs (systemd makes the cgroup): see unit_started
         return {"containment": "systemd", "containment_why": why, "unit": unit, "cgroup": None, "cgroup_id": None,
-                "boot_id": boot_id()}
+                "boot_id": boot_id(), "claim": claim}
     raise SglangError("containment backend must be none, cgroup or systemd for a launch, got %r" % (backend,),
                       reason="bad_option")
 
@@ -162,9 +168,13 @@ def unit_started(fields: Dict[str, Any]) -> None:
 
 
 def discard(fields: Dict[str, Any]) -> None:
-    """Kill whatever is in a launch's cgroup and remove it (a launch that failed after the spawn)."""
+    """Kill whatever is in a launch's cgroup and remove it (a launch that failed after the spawn),
+    and only when it is still this launch's claim: a cgroup or unit another launch holds (a
+    second claimant's failure) is never touched."""
     path = fields.get("cgroup")
     if fields.get("containment") == "systemd" and fields.get("unit"):
+        if not _systemd.is_ours(fields["unit"], fields.get("claim")):
+            return
         _systemd.kill(fields["unit"], "SIGKILL")
         if isinstance(path, str):
             _cgroup.wait_empty(path, time.monotonic() + 5.0)
@@ -172,10 +182,20 @@ def discard(fields: Dict[str, Any]) -> None:
         return
     if fields.get("containment") != "cgroup" or not isinstance(path, str):
         return
+    if not _cgroup.holds(path, fields.get("cgroup_id")):
+        return
     if _cgroup.populated(path):
         _cgroup.kill(path)
         _cgroup.wait_empty(path, time.monotonic() + 5.0)
-    _cgroup.remove(path)
+    _cgroup.remove(path)  # before the claim goes: nobody can take the name in between
+
+
+def release(fields: Dict[str, Any]) -> None:
+    """The launch is over (its supervisor is inside its cgroup, or it failed and was discarded):
+    this process's claim goes; the cgroup's members keep it taken while they live."""
+    path = fields.get("cgroup")
+    if fields.get("containment") == "cgroup" and isinstance(path, str):
+        _cgroup.release(path)
 
 
 # --- reading a record -----------------------------------------------------------------------------

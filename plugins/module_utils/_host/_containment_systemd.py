@@ -107,11 +107,32 @@ def _escape_arg(text: str) -> str:
     return _escape(text).replace("$", "$$")
 
 
-def start(unit: str, argv: List[str], stdin_path: str, log_path: str, workdir: str) -> int:
+def description(unit: str, claim: Optional[str] = None) -> str:
+    """The unit's description: the instance, and the claim of the launch that started it."""
+    text = "llmops.sglang instance %s" % unit[len(PREFIX):-len(".service")]
+    return "%s (%s)" % (text, claim) if claim else text
+
+
+def claimant(unit: str) -> str:
+    """The claim in the description of a unit (another launch's), or ""."""
+    text = show(unit, ["Description"]).get("Description", "")
+    start = text.find(" (claim ")
+    return text[start + 2:-1] if start >= 0 and text.endswith(")") else ""
+
+
+def is_ours(unit: str, claim: Optional[str]) -> bool:
+    """True when the unit carries this launch's claim (its description says so)."""
+    return bool(claim) and description(unit, claim) == show(unit, ["Description"]).get("Description", "")
+
+
+def start(unit: str, argv: List[str], stdin_path: str, log_path: str, workdir: str,
+          claim: Optional[str] = None) -> int:
     """Start the unit (Type=exec: returns once the supervisor's interpreter was executed);
-    returns its MainPID. SglangError(spawn_failed) with systemd's words when it fails."""
+    returns its MainPID. SglangError(spawn_failed) with systemd's words when it fails, or
+    cgroup_busy naming the claimant when another launch's unit of this name runs (systemd-run
+    refuses a name that exists: the claim is atomic)."""
     cmd = ["systemd-run", "--quiet", "--collect", "--service-type=exec", "--unit=%s" % unit,
-           "--description=llmops.sglang instance %s" % unit[len(PREFIX):-len(".service")],
+           "--description=%s" % _escape(description(unit, claim)),
            "--property=KillMode=control-group", "--property=SendSIGKILL=yes",
            "--property=StandardInput=file:%s" % _escape(stdin_path),
            "--property=StandardOutput=append:%s" % _escape(log_path),
@@ -120,6 +141,11 @@ def start(unit: str, argv: List[str], stdin_path: str, log_path: str, workdir: s
            "--"] + [_escape_arg(arg) for arg in argv]
     out = _run(cmd)
     if out.returncode != 0:
+        state = active_state(unit)
+        if state in BUSY and not is_ours(unit, claim):
+            raise SglangError("unit %s is %s, started by another launch of this instance (%s); stop it with "
+                              "sglang_teardown first" % (unit, state, claimant(unit) or "claimant unknown"),
+                              reason="cgroup_busy", unit=unit)
         raise SglangError("systemd-run could not start %s: %s" % (unit, (out.stderr or out.stdout).strip()),
                           reason="spawn_failed", unit=unit)
     pid = main_pid(unit)
@@ -132,6 +158,11 @@ def start(unit: str, argv: List[str], stdin_path: str, log_path: str, workdir: s
 def kill(unit: str, sig: str = "SIGKILL") -> bool:
     """`systemctl kill --kill-whom=all`: every process of the unit's cgroup."""
     return _run(["systemctl", "kill", "--kill-whom=all", "--signal=%s" % sig, "--", unit]).returncode == 0
+
+
+def reset_failed(unit: str) -> None:
+    """Forget a failed run of the unit (frees its name; does nothing to a running unit)."""
+    _run(["systemctl", "reset-failed", "--", unit])
 
 
 def release(unit: str) -> None:

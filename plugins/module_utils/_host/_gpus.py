@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -210,13 +211,66 @@ def _query(backend: str) -> GpuReport:
     return GpuReport("none", [], "; ".join(notes) or "no GPU backend")
 
 
-def device_file_holders(pids: Optional[List[int]] = None) -> Dict[int, List[str]]:
-    """The fuser view: pid -> /dev/nvidia* files it holds open. Every CUDA process holds ALL
-    device files, so this says "uses CUDA", never "uses GPU N"."""
-    holders: Dict[int, List[str]] = {}
-    candidates = pids if pids is not None else _procs.all_pids()
-    for pid in candidates:
-        files = {target for _fd, target in _procs.fd_targets(pid) if target.startswith("/dev/nvidia")}
+# Between two looks at the clock while reading one process's fd links (a process can hold a
+# million of them).
+_FDS_PER_CLOCK = 256
+
+
+@dataclass
+class HolderScan:
+    """The fuser view (pid -> /dev/nvidia* files it holds open) and how much of the host it
+    covers: `left_out` processes the rules exclude (another user's, another PID namespace's),
+    `unreached` the ones the deadline left unread (`cut_short`)."""
+
+    holders: Dict[int, List[str]] = field(default_factory=dict)
+    scanned: int = 0
+    left_out: int = 0
+    unreached: int = 0
+    cut_short: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> Dict[str, object]:
+        out: Dict[str, object] = {"scanned": self.scanned, "left_out": self.left_out, "unreached": self.unreached,
+                                  "cut_short": self.cut_short, "seconds": round(self.seconds, 3)}
+        if self.cut_short:
+            out["note"] = ("cut short at the teardown's timeout: the fd links of %d process(es) were not read, so "
+                           "device_file_holders may be incomplete (it is only reported, never used to choose a "
+                           "target)" % self.unreached)
+        return out
+
+
+def _nvidia_files(pid: int, deadline: Optional[float]) -> Tuple[List[str], bool]:
+    """The /dev/nvidia* files among a process's fd links; (files, finished before the deadline)."""
+    files = set()
+    for count, (_fd, target) in enumerate(_procs.fd_targets(pid), 1):
+        if target.startswith("/dev/nvidia"):
+            files.add(target)
+        if deadline is not None and count % _FDS_PER_CLOCK == 0 and time.monotonic() >= deadline:
+            return sorted(files), False
+    return sorted(files), True
+
+
+def scan_device_holders(pids: List[int], deadline: Optional[float] = None, left_out: int = 0) -> HolderScan:
+    """The fuser view over `pids`, stopped at `deadline` (time.monotonic()), even inside one
+    process's fd table. Every CUDA process holds ALL device files, so this says "uses CUDA",
+    never "uses GPU N"."""
+    t0 = time.monotonic()
+    scan = HolderScan(left_out=left_out)
+    for i, pid in enumerate(pids):
+        if deadline is not None and time.monotonic() >= deadline:
+            scan.cut_short, scan.unreached = True, len(pids) - i
+            break
+        files, finished = _nvidia_files(pid, deadline)
         if files:
-            holders[pid] = sorted(files)
-    return holders
+            scan.holders[pid] = files
+        if not finished:
+            scan.cut_short, scan.unreached = True, len(pids) - i
+            break
+        scan.scanned += 1
+    scan.seconds = time.monotonic() - t0
+    return scan
+
+
+def device_file_holders(pids: Optional[List[int]] = None) -> Dict[int, List[str]]:
+    """The fuser view of `pids` (every process when None), unbounded: see scan_device_holders."""
+    return scan_device_holders(pids if pids is not None else _procs.all_pids()).holders

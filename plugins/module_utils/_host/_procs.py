@@ -34,7 +34,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import
 
 try:
     import psutil
-except ImportError:  # the modules fail first with missing_library (_deps.require)
+except ImportError:  # the modules fail first with missing_library (_depsearch.require)
     psutil = None
 HAS_PSUTIL = psutil is not None
 

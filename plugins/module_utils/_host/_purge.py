@@ -6,9 +6,10 @@ listed and emptied relative to that descriptor (unlinkat/rmdirat, a descriptor w
 subdirectories): a path swapped for a symlink after the check leads nowhere. A path string is
 never used again after the check.
 
-Which paths may be purged at all is decided on the resolved path (`check_purge_path`): system
-trees such as /var or /usr are refused with everything under them, shared roots such as /tmp
-or /dev/shm only as themselves.
+Which paths may be purged at all is decided on the path as given and on its resolved form
+(`check_purge_path`): system trees such as /var or /usr are refused with everything under them,
+shared roots such as /tmp or /dev/shm only as themselves. The resolved form is judged, never
+used: what is opened and emptied is always the path as given, walked with O_NOFOLLOW.
 """
 from __future__ import annotations
 
@@ -37,58 +38,75 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def check_purge_path(path: object, state_dir: Optional[str], shm_dir: Optional[str]) -> str:
-    """The resolved form of an operator-named purge path, or SglangError(bad_purge_path).
+def _as_given(path: str) -> str:
+    """The operator's path, normalised lexically only (`//`, `.`, `..`, trailing `/`): never
+    resolved. It is what is opened and emptied; with no symlink allowed on the way (see
+    open_checked) the lexical form names the same directory the kernel would walk to."""
+    norm = os.path.normpath(path)
+    return "/" + norm.lstrip("/") if norm.startswith("//") else norm
 
-    Resolved first (symlinks, `..`), then refused when it is a shared root, lies in a system
-    tree (/var/lib is as wrong as /var), is a user's home (/home/NAME), contains the state dir or
-    shm dir, or lies in the state dir (other instances' records and TMPDIRs)."""
+
+def _deny_reason(real: str, state_dir: Optional[str], shm_dir: Optional[str]) -> Optional[str]:
+    if real in _SHARED_ROOTS:
+        return "is a shared root"
+    if any(_under(real, tree) for tree in _SYSTEM_TREES) and not any(
+            _under(real, s) and real != s for s in _SCRATCH):
+        return "lies in a system directory tree"
+    if os.path.dirname(real) == "/home":
+        return "is a user's home directory"
+    for label, other in (("the state dir", state_dir), ("the shm dir", shm_dir)):
+        if not other:
+            continue
+        other_real = os.path.realpath(other)
+        if _under(other_real, real):
+            return "contains %s %s" % (label, other)
+        if label == "the state dir" and _under(real, other_real):
+            return "lies in %s %s" % (label, other)
+    return None
+
+
+def check_purge_path(path: object, state_dir: Optional[str], shm_dir: Optional[str]) -> str:
+    """The operator-named purge path as given (lexically normalised, NOT resolved), or
+    SglangError(bad_purge_path / unsafe_purge_path).
+
+    The deny-list is judged on both the path as given and its resolved form: refused when either
+    is a shared root, lies in a system tree (/var/lib is as wrong as /var), is a user's home
+    (/home/NAME), contains the state dir or shm dir, or lies in the state dir (other instances'
+    records and TMPDIRs). The resolved form is only ever judged, never returned: a symlink that
+    is there for a moment while this runs (the path may not exist yet) must not choose what root
+    empties. Whatever is deleted later is reached by walking the returned path with O_NOFOLLOW
+    (open_checked), which refuses a symlink anywhere on the way."""
     if not isinstance(path, str) or not os.path.isabs(path):
         raise SglangError("purge path %r must be absolute" % (path,), reason="bad_purge_path")
-    real = os.path.realpath(path)
-    shown = path if real == os.path.normpath(path) else "%s (resolves to %s)" % (path, real)
-    why = None
-    if real in _SHARED_ROOTS:
-        why = "is a shared root"
-    elif any(_under(real, tree) for tree in _SYSTEM_TREES) and not any(
-            _under(real, s) and real != s for s in _SCRATCH):
-        why = "lies in a system directory tree"
-    elif os.path.dirname(real) == "/home":
-        why = "is a user's home directory"
-    if why is None:
-        for label, other in (("the state dir", state_dir), ("the shm dir", shm_dir)):
-            if not other:
-                continue
-            other_real = os.path.realpath(other)
-            if _under(other_real, real):
-                why = "contains %s %s" % (label, other)
-            elif label == "the state dir" and _under(real, other_real):
-                why = "lies in %s %s" % (label, other)
-    if why:
-        raise SglangError("purge path %s %s; name a directory of its own (e.g. /dev/shm/sglang_hs)" % (shown, why),
-                          reason="bad_purge_path", path=path)
-    _refuse_links(path)
-    return real
+    given = _as_given(path)
+    try:
+        real = os.path.realpath(given)
+    except OSError as exc:  # a symlink on the way changed while it was being resolved
+        raise SglangError("purge path %s changed while it was checked (%s); refusing it"
+                          % (path, exc.strerror or exc), reason="unsafe_purge_path", path=path)
+    for judged in (given, real):
+        why = _deny_reason(judged, state_dir, shm_dir)
+        if why:
+            shown = path if judged == given else "%s (resolves to %s)" % (path, judged)
+            raise SglangError("purge path %s %s; name a directory of its own (e.g. /dev/shm/sglang_hs)"
+                              % (shown, why), reason="bad_purge_path", path=path)
+    _refuse_links(given)
+    return given
 
 
 def _refuse_links(path: str) -> None:
-    """A purge path is never a symlink, and no directory on its way is a symlink another user
-    owns: resolving one (as realpath does) would hand that user the choice of what root empties
-    (/dev/shm/sglang_hs -> /root/x)."""
-    parts = os.path.normpath(path).split(os.sep)[1:]
+    """A purge path has no symlink anywhere on its way (a clear refusal now, before anything
+    is stopped; the O_NOFOLLOW walk that deletes refuses one planted later just as well)."""
     here = os.sep
-    for i, part in enumerate(parts):
+    for part in [p for p in path.split(os.sep) if p]:
         here = os.path.join(here, part)
         try:
             st = os.lstat(here)
         except FileNotFoundError:
             return
-        if not stat.S_ISLNK(st.st_mode):
-            continue
-        leaf = i == len(parts) - 1
-        if leaf or st.st_uid not in (0, os.geteuid()):
-            raise SglangError("purge path %s: %s is a symlink%s; refusing to follow it (name the directory itself)"
-                              % (path, here, "" if leaf else " owned by uid %d" % st.st_uid),
+        if stat.S_ISLNK(st.st_mode):
+            raise SglangError("purge path %s: %s is a symlink (owned by %s); refusing to follow it (name the "
+                              "directory itself)" % (path, here, username(st.st_uid)),
                               reason="unsafe_purge_path", path=path)
 
 
@@ -118,7 +136,7 @@ def _describe(st: os.stat_result) -> str:
 
 
 def open_checked(path: str, euid: int, shared_ok: bool = False) -> CheckedDir:
-    """Open `path` (absolute, already resolved) one component at a time with O_NOFOLLOW.
+    """Open `path` (absolute, as given: never resolved) one component at a time with O_NOFOLLOW.
 
     Every directory on the way must be owned by root or `euid` and writable by nobody else
     unless sticky (/tmp, /dev/shm): otherwise another user could rename the next component.

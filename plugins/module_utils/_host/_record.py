@@ -16,6 +16,7 @@ import os
 import pwd
 import re
 import stat
+import time
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
@@ -47,6 +48,22 @@ def default_state_dir() -> str:
 
 def record_path(state_dir: str, name: str) -> str:
     return os.path.join(state_dir, "%s.json" % validate_name(name))
+
+
+def is_record_file(filename: str) -> bool:
+    """Is `filename` (a base name) a launch record, `<name>.json`? Instance names have no dots,
+    so the instance's other JSON files (`<name>.exit.json`, `<name>.timeline.json`, `<name>.good.json`)
+    never are."""
+    return filename.endswith(".json") and bool(_NAME.fullmatch(filename[:-len(".json")]))
+
+
+def record_files(state_dir: str) -> List[str]:
+    """The launch records in `state_dir` (paths, sorted); none when it cannot be listed."""
+    try:
+        names = os.listdir(state_dir)
+    except OSError:
+        return []
+    return [os.path.join(state_dir, n) for n in sorted(names) if is_record_file(n)]
 
 
 def exit_path(state_dir: str, name: str) -> str:
@@ -100,71 +117,116 @@ def _unsafe(label: str, path: str, offender: str, st: os.stat_result, why: str) 
         reason="unsafe_dir", path=path, unsafe_path=offender, owner=_owner(st.st_uid), mode=mode)
 
 
-def _check_target(label: str, path: str) -> None:
-    """The directory itself (symlinks followed): ours or root's, not group/other-writable."""
+# Symlinks followed on one walk (the kernel's own limit is 40).
+_MAX_LINKS = 40
+_WALK = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _cannot_create(path: str, what: str) -> SglangError:
+    return SglangError("cannot create directory %s: %s" % (path, what), reason="io_error", path=path)
+
+
+def _lstat_at(dir_fd: int, name: str) -> Optional[os.stat_result]:
     try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise io_error("use %s" % label, path, exc)
-    if not stat.S_ISDIR(st.st_mode):
-        raise SglangError("%s %s is not a directory" % (label, path), reason="unsafe_dir", path=path)
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _judge(label: str, path: str, walked: str, st: os.stat_result, last: bool) -> None:
+    """One directory of the walk, judged through its descriptor: ours or root's; the last one
+    writable by nobody else, one above it at most sticky-writable (nobody can rename our entry)."""
     if not _trusted_owner(st.st_uid):
-        raise _unsafe(label, path, path, st, "is owned by another user")
-    if st.st_mode & 0o022:
-        raise _unsafe(label, path, path, st, "is writable by group or others")
+        raise _unsafe(label, path, walked, st, "is owned by another user" if last else "belongs to another user")
+    if last and st.st_mode & 0o022:
+        raise _unsafe(label, path, walked, st, "is writable by group or others")
+    if not last and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise _unsafe(label, path, walked, st, "is writable by group or others without the sticky bit")
 
 
-def _ancestors(path: str) -> List[str]:
-    out = []
-    while True:
-        parent = os.path.dirname(path)
-        if parent == path:
-            return out
-        out.append(parent)
-        path = parent
-
-
-def _check_above(label: str, path: str) -> None:
-    """Every directory above `path`, as written and as resolved: another user must not be able
-    to rename `path` away and put their own in its place (a world-writable parent without the
-    sticky bit, a parent or symlink owned by another user)."""
-    seen = set()
-    for above in _ancestors(os.path.abspath(path)) + _ancestors(os.path.realpath(path)):
-        if above in seen:
-            continue
-        seen.add(above)
-        try:
-            st = os.lstat(above)
-        except FileNotFoundError:
-            continue  # created below, 0700
-        except OSError as exc:
-            raise io_error("check %s above %s" % (above, label), path, exc)
-        if not _trusted_owner(st.st_uid):
-            raise _unsafe(label, path, above, st, "belongs to another user")
-        if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            raise _unsafe(label, path, above, st, "is writable by group or others without the sticky bit")
-
-
-def _check_link(label: str, path: str) -> None:
-    """A last component that is a symlink must be root's or ours: the owner of a symlink in a
-    sticky directory can point it elsewhere at any moment, after the directory was checked."""
+def _walk(path: str, label: str, mode: Optional[int]) -> Optional[int]:
+    """`path` (absolute) walked from / one component at a time through directory descriptors,
+    never letting the kernel follow a symlink: each directory is opened with O_NOFOLLOW and
+    judged on its descriptor (see _judge). A symlink is followed by reading it (readlinkat) only
+    when root or this user owns it, and its target is walked by the same rules. With `mode`, a
+    missing directory is made with mkdirat relative to the checked parent's descriptor and then
+    opened and judged like any other (one planted meanwhile is judged, never trusted). Returns
+    the final directory's descriptor (the caller closes it), or None without `mode` when a
+    component is missing or not a directory (creating it would report that)."""
+    todo = [p for p in path.split("/") if p]
+    fd = os.open("/", _WALK)
+    walked = "/"
+    links = 0
     try:
-        st = os.lstat(path)
-    except OSError:
-        return  # missing (or under a non-directory): creating or using it reports that
-    if stat.S_ISLNK(st.st_mode) and not _trusted_owner(st.st_uid):
-        raise _unsafe(label, path, path, st, "is a symlink owned by another user (it can be pointed elsewhere "
-                                             "at any time)")
+        _judge(label, path, walked, os.fstat(fd), not todo)
+        while todo:
+            part = todo.pop(0)
+            if part == ".":
+                continue
+            last = not todo
+            here = os.path.normpath(os.path.join(walked, part))
+            st = _lstat_at(fd, part)
+            if st is None:
+                if mode is None:
+                    return None  # judged by the directories above it: made 0700 by ensure_dir
+                try:
+                    os.mkdir(part, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass  # made by someone else meanwhile: judged below like any existing one
+                except OSError as exc:
+                    raise SglangError("cannot create directory %s: %s" % (here, exc.strerror or exc),
+                                      reason="no_space" if exc.errno in _NO_SPACE else "io_error", path=here)
+                todo.insert(0, part)
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                if not _trusted_owner(st.st_uid):
+                    raise _unsafe(label, path, here, st, "is a symlink owned by another user (it can be pointed "
+                                                         "elsewhere at any time)")
+                links += 1
+                if links > _MAX_LINKS:
+                    raise _cannot_create(path, "too many levels of symbolic links") if mode is not None else \
+                        SglangError("%s %s: too many levels of symbolic links" % (label, path), reason="unsafe_dir",
+                                    path=path)
+                target = os.readlink(part, dir_fd=fd)
+                todo[:0] = [p for p in target.split("/") if p]
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", _WALK)
+                    walked = "/"
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                if mode is None:
+                    return None
+                if last:
+                    raise SglangError("%s %s is not a directory" % (label, path), reason="unsafe_dir", path=path)
+                raise _cannot_create(path, "%s is not a directory" % here)
+            try:
+                nxt = os.open(part, _WALK, dir_fd=fd)
+            except FileNotFoundError:
+                todo.insert(0, part)  # removed meanwhile: look again
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    todo.insert(0, part)  # swapped meanwhile: look again (and judge what is there)
+                    continue
+                raise io_error("use %s" % label, here, exc)
+            os.close(fd)
+            fd = nxt
+            walked = here
+            _judge(label, path, walked, os.fstat(fd), last)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def check_dir(path: str, label: str = "directory") -> None:
     """Refuse (SglangError reason unsafe_dir) a directory that another user could write or swap;
     a path that does not exist yet is judged by the directories above it. Creates nothing, so
     check mode can use it."""
-    _check_above(label, path)
-    _check_link(label, path)
-    if os.path.lexists(path):
-        _check_target(label, path)
+    fd = _walk(os.path.abspath(path), label, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def dir_problem(path: str, label: str = "directory") -> Optional[str]:
@@ -178,25 +240,15 @@ def dir_problem(path: str, label: str = "directory") -> Optional[str]:
 
 def ensure_dir(path: str, mode: int = 0o700, label: str = "directory") -> None:
     """`path` exists as a directory only this user (or root) can write, created with `mode`
-    (missing parents too) when absent. Raises SglangError: unsafe_dir, no_space or io_error."""
+    (missing parents too) when absent: walked and created through directory descriptors
+    (mkdirat under a checked parent, never by a path string another user could redirect).
+    Raises SglangError: unsafe_dir, no_space or io_error."""
     path = os.path.abspath(path)
-    _check_above(label, path)
-    _check_link(label, path)
-    missing = []
-    probe = path
-    while not os.path.lexists(probe):
-        missing.append(probe)
-        probe = os.path.dirname(probe)
-    for new in reversed(missing):
-        try:
-            os.mkdir(new, mode)
-        except FileExistsError:
-            pass  # made by someone else meanwhile: judged by the checks below, like any existing one
-        except OSError as exc:
-            raise SglangError("cannot create directory %s: %s" % (new, exc.strerror or exc),
-                              reason="no_space" if exc.errno in _NO_SPACE else "io_error", path=new)
-        _check_target(label, new)
-    _check_target(label, path)
+    fd = _walk(path, label, mode)
+    if fd is not None:
+        os.close(fd)
+    # every directory on the way is now root's or ours and nobody else can swap it: the path is
+    # as good as the descriptor from here on
     if not os.access(path, os.W_OK | os.X_OK):
         raise SglangError("%s %s is not writable by uid %d" % (label, path, os.geteuid()),
                           reason="io_error", path=path)
@@ -266,10 +318,11 @@ def _unsafe_record(path: str, why: str, st: Optional[os.stat_result] = None) -> 
                        "cannot write" % (path, why, _expected_owner()), reason="unsafe_record", path=path, **details)
 
 
-def read_json(path: str) -> Optional[Dict[str, Any]]:
+def read_json(path: str, private: bool = False) -> Optional[Dict[str, Any]]:
     """A JSON object from a file root (or the module's user) wrote: opened without following a
     symlink and judged on the descriptor (owner, mode), so a file swapped in by another user is
-    refused with reason unsafe_record, never read."""
+    refused with reason unsafe_record, never read. `private` (a file holding secrets): group and
+    others must not be able to read it either."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
@@ -287,12 +340,90 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
                 raise _unsafe_record(path, "it is owned by another user", st)
             if st.st_mode & 0o022:
                 raise _unsafe_record(path, "it is writable by group or others", st)
-            data = json.loads(fh.read().decode("utf-8"))
-    except (OSError, ValueError) as exc:
+            if private and st.st_mode & 0o077:
+                raise _unsafe_record(path, "it holds secrets and is readable by group or others", st)
+            raw = fh.read()
+    except OSError as exc:
         raise SglangError("cannot read %s: %s" % (path, exc))
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:  # zero bytes, cut short by a full disk or a crash, not UTF-8
+        raise _damaged(path, "%s (%d bytes)" % (exc, len(raw)) if raw else "it is empty (0 bytes)")
     if not isinstance(data, dict):
-        raise SglangError("%s does not hold a JSON object" % path)
+        raise _damaged(path, "it does not hold a JSON object")
     return data
+
+
+DAMAGED = "record_damaged"
+
+
+def _damaged(path: str, why: str) -> SglangError:
+    return SglangError("cannot read %s: %s" % (path, why), reason=DAMAGED, path=path)
+
+
+def damaged_name(path: str, now: Optional[float] = None) -> str:
+    """Where a damaged record is kept for inspection: `<name>.json.damaged-<UTC stamp>` beside it
+    (never a record name itself: it does not end in .json)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    return "%s.damaged-%s" % (os.path.basename(path), stamp)
+
+
+def set_aside(path: str) -> str:
+    """Rename the damaged record at `path` to damaged_name() through a descriptor of its
+    directory (no symlink followed), only while it is still the regular file of root or the
+    module's user that fails to read as a record; never deleted. Returns the new path. The caller
+    holds the instance lock (no launch writes the record meanwhile)."""
+    directory, base = os.path.dirname(path) or ".", os.path.basename(path)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.stat(base, dir_fd=dir_fd, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode) or not _trusted_owner(st.st_uid) or st.st_mode & 0o022:
+            raise _unsafe_record(path, "it changed before it could be set aside", st)
+        try:
+            read_json(path)
+        except SglangError as exc:
+            if exc.details.get("reason") != DAMAGED:
+                raise
+        else:
+            raise SglangError("%s reads as a record again: not set aside" % path, reason="error", path=path)
+        target = damaged_name(path)
+        for n in range(1, 100):
+            if not os.path.lexists(os.path.join(directory, target)):
+                break
+            target = "%s-%d" % (damaged_name(path), n)
+        os.rename(base, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    return os.path.join(directory, target)
+
+
+def damaged_record(state_dir: str, name: str, check_mode: bool) -> Optional[Dict[str, Any]]:
+    """The instance's record when it exists but is damaged (empty, truncated, not a JSON object):
+    kept aside for inspection outside check mode (`kept_as`), in check mode only named
+    (`would_keep_as`). None for a good or missing record; an untrusted one raises (unsafe_record)."""
+    path = record_path(state_dir, name)
+    try:
+        read_json(path)
+        return None
+    except SglangError as exc:
+        if exc.details.get("reason") != DAMAGED:
+            raise
+        error = exc.msg
+    info: Dict[str, Any] = {"path": path, "error": error}
+    if check_mode:
+        info["would_keep_as"] = os.path.join(os.path.dirname(path), damaged_name(path))
+    else:
+        info["kept_as"] = set_aside(path)
+    return info
+
+
+def damaged_text(name: str, info: Dict[str, Any]) -> str:
+    """One sentence for the operator about a damaged record and where it is kept."""
+    where = info.get("kept_as") or info.get("would_keep_as")
+    return ("the launch record of instance %r was damaged (%s); %s %s for inspection, and the instance is found "
+            "by what is left: its cgroup, its marker, its ports" % (
+                name, info.get("error"), "kept aside as" if info.get("kept_as") else "it would be kept aside as",
+                where))
 
 
 def read_record(state_dir: str, name: str) -> Optional[Dict[str, Any]]:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _cliargs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _last_good
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_plan
@@ -29,41 +30,11 @@ from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+# the request's shape lives apart so that _launch_replace needs nothing of this file (one way)
+from ansible_collections.llmops.sglang.plugins.module_utils._launch._launch_request import Preflight, Request
 
 if TYPE_CHECKING:  # imported where used: only a replacement stops anything (a plan's call does not)
     from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
-
-
-@dataclass
-class Preflight:
-    """The preflight report and the values it validated (None where a check refused them)."""
-    report: _preflight.Report
-    port: Optional[int] = None
-    tp_size: Optional[int] = None
-    env: Dict[str, str] = field(default_factory=dict)
-    args: Dict[str, Any] = field(default_factory=dict)
-    interp: Any = None
-    entry: Optional[str] = None
-    entry_argv: List[str] = field(default_factory=list)
-    flags: Any = None
-    model_path: str = ""
-    output_dirs: List[_outputdirs.OutputDir] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Request:
-    """Everything resolved before the lock: where, what, and the server's identity."""
-    params: Mapping[str, Any]
-    name: str
-    state_dir: str
-    log_dir: str
-    backend: str
-    why: str
-    pf: Preflight
-    argv: List[str]
-    fingerprint: Optional[str]
-    inputs: Optional[Dict[str, Any]]
-    secrets: List[str]
 
 
 def preflight(p: Mapping[str, Any], dirs: Mapping[str, str], check_mode: bool) -> Preflight:
@@ -119,6 +90,10 @@ def prepare(p: Mapping[str, Any], check_mode: bool) -> Request:
     state_dir = os.path.abspath(p["state_dir"] or _record.default_state_dir())
     log_dir = os.path.abspath(p["log_dir"] or os.path.join(state_dir, "logs"))
     dirs = {"state_dir": state_dir, "log_dir": log_dir, "tmpdir": _record.tmpdir_path(state_dir, name)}
+    restored = None
+    if p.get("restore") == "last_good":  # the server options become the last-good launch's
+        from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_restore
+        p, restored = _launch_restore.apply(p, state_dir, name)
     api_key = p["api_key"] or None
     pf = preflight(p, dirs, check_mode)
     argv: List[str] = []
@@ -132,14 +107,17 @@ def prepare(p: Mapping[str, Any], check_mode: bool) -> Request:
         fp = _cliargs.fingerprint(hashed)
     return Request(params=p, name=name, state_dir=state_dir, log_dir=log_dir, backend=backend, why=why, pf=pf,
                    argv=argv, fingerprint=fp, inputs=inputs,
-                   secrets=_cliargs.argv_secrets(api_key, pf.args, pf.env))
+                   secrets=_cliargs.argv_secrets(api_key, pf.args, pf.env), restored=restored)
 
 
 def base_result(req: Request) -> Dict[str, Any]:
     """The result before the lock: what the preflight found and what would run."""
     result: Dict[str, Any] = {"changed": False, "reason": None, "decision": None, "pid": None, "log_path": None,
                               "port_holder": [], "blockers": [], "preflight": req.pf.report.to_dict(),
-                              "containment": {"backend": req.backend, "why": req.why, "cgroup": None, "unit": None}}
+                              "containment": {"backend": req.backend, "why": req.why, "cgroup": None, "unit": None},
+                              "last_good": _last_good.summary(req.state_dir, req.name)}
+    if req.restored is not None:
+        result["restored"] = dict(req.restored)
     if req.pf.interp is not None:
         result["interpreter"] = req.pf.interp.to_dict()
     if req.fingerprint is not None:
@@ -154,22 +132,124 @@ def _is_running(record: Optional[Mapping[str, Any]]) -> bool:
     return _procs.is_alive(record["pid"], record.get("start_time"))
 
 
-def _unanswered(record: Mapping[str, Any], host: str, timeout: float) -> Optional[Dict[str, Any]]:
-    """The HTTP probe of the running server when it did not answer within `timeout` (with its
-    process state: T when stopped); None when it answered."""
-    probe = _http.answers(host, record["port"], timeout)
-    if probe["answered"]:
+# A healthy server can stall for seconds (a long prefill, a GC pause, a busy host): one request
+# that timed out does not make it unresponsive. Bounded: at most PROBE_ATTEMPTS x probe_timeout
+# plus the pauses (17 s with the default probe_timeout of 5 s).
+PROBE_ATTEMPTS = 3
+PROBE_PAUSE_S = 1.0
+
+
+def _unanswered(record: Mapping[str, Any], host: str, timeout: float, report: Optional[_preflight.Report] = None,
+                sleep: Callable[[float], None] = time.sleep) -> Optional[Dict[str, Any]]:
+    """The HTTP probe of the running server when it answered none of PROBE_ATTEMPTS requests of
+    `timeout` s each (with its process state: T when stopped - retried too: job control or a
+    debugger may continue it), with `attempts` and `seconds`; None when it answered. A server
+    that is gone is not asked again. An answer after a retry is a warning in `report`: the
+    server is kept, the stall is said."""
+    began = time.monotonic()
+    for attempt in range(1, PROBE_ATTEMPTS + 1):
+        probe = _http.answers(host, record["port"], timeout)
+        seconds = round(time.monotonic() - began, 3)
+        if probe["answered"]:
+            if attempt > 1 and report is not None:
+                report.warn("liveness", "instance %r (pid %s) did not answer %s within %s s at first; it answered on "
+                            "attempt %d of %d (%.1f s in all) and is kept" % (
+                                record.get("name"), record.get("pid"), probe["endpoint"], _num(timeout), attempt,
+                                PROBE_ATTEMPTS, seconds))
+            return None
+        proc = _procs.read_proc(record["pid"])
+        probe.update(state=proc.state if proc else None, attempts=attempt, seconds=seconds,
+                     retried=attempt > 1, max_attempts=PROBE_ATTEMPTS)
+        if proc is None or attempt == PROBE_ATTEMPTS:
+            return probe
+        sleep(PROBE_PAUSE_S)
+    return None  # pragma: no cover - the loop returns
+
+
+def _num(value: float) -> str:
+    return ("%d" % value) if float(value).is_integer() else ("%g" % value)
+
+
+def previous_exit(record: Optional[Mapping[str, Any]], state_dir: str, name: str) -> Optional[Dict[str, Any]]:
+    """How the recorded server ended, when it is gone without a teardown (a teardown removes its
+    record and exit file): its pid and launch, and from the supervisor's exit file when, with which
+    exit code or signal. None when there is no record or its server runs."""
+    if not record or _is_running(record):
         return None
-    proc = _procs.read_proc(record["pid"])
-    probe["state"] = proc.state if proc else None
-    return probe
+    launch_id = record.get("launch_id")
+    data = _record.read_launch_exit(_record.exit_path(state_dir, name), launch_id if isinstance(launch_id, str) else None)
+    out: Dict[str, Any] = {"pid": record.get("pid"), "launch_id": launch_id,
+                           "launched_at": record.get("launched_at"), "exit_file": data is not None}
+    if data is None:
+        out["how"] = ("gone without an exit file (its supervisor ended too: killed with it, or the host rebooted)")
+        return out
+    when = data.get("exited_at")
+    out.update(returncode=data.get("returncode"), signal=data.get("signal"), exited_at=when,
+               exited_at_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+               if isinstance(when, (int, float)) else None)
+    how = "killed by signal %s" % data["signal"] if data.get("signal") else "exit code %s" % data.get("returncode")
+    if data.get("error"):
+        how += " (%s)" % data["error"]
+    out["how"] = "exited on its own at %s with %s" % (out["exited_at_utc"] or "an unknown time", how)
+    return out
+
+
+def previous_exit_text(name: str, prev: Mapping[str, Any]) -> str:
+    return "the previous server of instance %r (pid %s) %s" % (name, prev.get("pid"), prev.get("how"))
+
+
+def _readable_record(req: Request) -> Optional[Dict[str, Any]]:
+    """The instance's launch record; a damaged one (set aside by `run` outside check mode, named
+    in `record_damaged`) is no record: the instance is then known by its marker, port and cgroup."""
+    try:
+        return _record.read_record(req.state_dir, req.name)
+    except SglangError as exc:
+        if exc.details.get("reason") != _record.DAMAGED:
+            raise
+        return None
+
+
+def damaged_record(req: Request, check_mode: bool, warn: Callable[[str], None]) -> Optional[Dict[str, Any]]:
+    """A damaged launch record (zero bytes, cut short) never wedges the instance: kept aside for
+    inspection (renamed, never deleted; check mode only names where), said in a warning, and the
+    call goes on as for an instance without a record. Nothing when the preflight failed."""
+    if req.pf.report.errors or not os.path.isdir(req.state_dir):
+        return None
+    info = _record.damaged_record(req.state_dir, req.name, check_mode)
+    if info is not None:
+        warn(_record.damaged_text(req.name, info))
+    return info
+
+
+def _label_other_instances(req: Request, holders: List[Dict[str, Any]], report: _preflight.Report) -> None:
+    """Port holders that carry another instance's marker are named as that instance: a restart's
+    teardown refuses to stop another instance (reason other_instance) unless its `takeover`
+    names it - said now, before anything is done."""
+    for holder in holders:
+        if holder.get("instance") or not holder.get("pid"):
+            continue
+        marker = _procs.marker_of(int(holder["pid"])) or {}
+        name, their_dir = marker.get(_procs.MARKER_INSTANCE), marker.get(_procs.MARKER_STATE_DIR)
+        ours = os.path.realpath(req.state_dir)
+        if not name or (name == req.name and os.path.realpath(their_dir or req.state_dir) == ours):
+            continue
+        holder.update(other_instance=name, other_state_dir=their_dir)
+        holder.setdefault("note", "instance %r" % name)
+        command = "ansible-playbook playbooks/teardown.yml -e sglang_name=%s" % name
+        if their_dir and os.path.realpath(their_dir) != ours:
+            command += " -e sglang_state_dir=%s" % their_dir
+        text = ("port %s is held by instance %r (pid %s), not by %r: a restart's teardown never stops another "
+                "instance (it refuses, reason other_instance) unless its takeover names it (takeover: [%s]); "
+                "stop it with `%s`" % (req.pf.port, name, holder["pid"], req.name, name, command))
+        if text not in report.warnings:
+            report.warn("port_holders", text)
 
 
 def gather(req: Request, check_mode: bool) -> _launch_plan.Facts:
     """Under the lock: the record, the port and its holders (their checks join the preflight
     report), then the probe or the cgroup check where the plan depends on them."""
     p, report = req.params, req.pf.report
-    record = _record.read_record(req.state_dir, req.name) if os.path.isdir(req.state_dir) else None
+    record = _readable_record(req) if os.path.isdir(req.state_dir) else None
     running = _is_running(record)
     port_state = "free"
     holders: List[Dict[str, Any]] = []
@@ -177,6 +257,7 @@ def gather(req: Request, check_mode: bool) -> _launch_plan.Facts:
         port_report = _preflight.Report()
         port_state, holders = _preflight.check_port(port_report, p["host"], req.pf.port,
                                                     record if running else None, running)
+        _label_other_instances(req, holders, report)
         report.checks.extend(port_report.checks)
         report.warnings.extend(port_report.warnings)
         # A foreign holder fails the preflight on its own (naming it once); a busy port alone
@@ -189,7 +270,7 @@ def gather(req: Request, check_mode: bool) -> _launch_plan.Facts:
         inputs=req.inputs, record=record, running=running, port_state=port_state, holders=tuple(holders),
         preflight_errors=tuple(report.errors), preflight_reason=report.reason())
     if record is not None and _launch_plan.wants_probe(facts):
-        facts = dataclasses.replace(facts, probe=_unanswered(record, p["host"], p["probe_timeout"]))
+        facts = dataclasses.replace(facts, probe=_unanswered(record, p["host"], p["probe_timeout"], report))
     if _launch_plan.wants_containment_check(facts):
         facts = dataclasses.replace(facts, cgroup_problem=_containment.launch_problem(req.name, req.backend))
     return facts
@@ -211,6 +292,9 @@ def outcome(base: Mapping[str, Any], preflight_report: _preflight.Report, d: _la
         result["changes"] = [dict(c) for c in d.changes]
     if d.probe is not None:
         result["probe"] = dict(d.probe)
+    # what a replacement the plan asks for is for: a role keeps the data of a server replaced only
+    # because it did not answer (unresponsive), not for a new configuration
+    result["replace_reason"] = d.reason if d.action == _launch_plan.RELAUNCH else None
     if diff:
         result["diff"] = dict(d.diff)
     return result
@@ -239,7 +323,8 @@ def spawn(req: Request) -> Dict[str, Any]:
         venv=interp.venv if interp.is_venv else None, argv=req.argv, env=pf.env,
         keep_logs=p["keep_logs"], secrets=req.secrets,
         extra_secret_flags=_cliargs.secret_arg_flags(pf.args), spawn_timeout=p["spawn_timeout"],
-        record_fields=fields, containment=req.backend, containment_why=req.why)
+        record_fields=fields, containment=req.backend, containment_why=req.why,
+        launch_secrets=_last_good.launch_secrets(p["api_key"] or None, pf.args, pf.env, req.inputs))
     return _launcher.spawn(spec)
 
 
@@ -332,14 +417,41 @@ def facts_for(req: Request, stop: Optional[_teardown_call.Request], check_mode: 
     before = _kept_report(req, check_mode)
     if before.preflight_errors:
         return before
+    before = _launch_replace.foreign_on_teardown_ports(req, stop, before)
+    if before.preflight_errors:
+        return before
+    if req.restored is not None and _launch_replace.restore_runs(req, before.record):
+        return before  # the last-good launch itself still runs: the restore stops nothing
+    stop, kept = _keep_data_of_unresponsive(stop, before, warn)
     partial["teardown"] = _launch_replace.run_first(stop, check_mode, diff, warn)
+    if kept:
+        partial["teardown"]["purge_skipped"] = kept
     return before if check_mode else gather(req, check_mode)
 
 
+def _keep_data_of_unresponsive(stop: _teardown_call.Request, before: _launch_plan.Facts, warn: Callable[[str], None]
+                               ) -> Tuple[_teardown_call.Request, Optional[Dict[str, Any]]]:
+    """A server replaced because it did not answer runs the requested configuration: what it
+    wrote (the dumps in purge_paths) is the operator's data, never purged for that. The teardown
+    then runs without purge_paths, and says so."""
+    if before.probe is None or not stop.opts.purge_paths:
+        return stop, None
+    paths = list(stop.opts.purge_paths)
+    why = ("the running server has the requested configuration and is replaced only because it did not answer "
+           "(unresponsive): purge_paths are kept")
+    warn("%s: %s" % (why, ", ".join(paths)))
+    return dataclasses.replace(stop, opts=dataclasses.replace(stop.opts, purge_paths=[])), \
+        {"paths": paths, "reason": "unresponsive", "why": why}
+
+
 def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
-        warn: Callable[[str], None] = lambda _text: None) -> Dict[str, Any]:
-    """The module's work: a result, or SglangError carrying the result so far."""
+        warn: Callable[[str], None] = lambda _text: None,
+        hide: Callable[[List[str]], None] = lambda _values: None) -> Dict[str, Any]:
+    """The module's work: a result, or SglangError carrying the result so far. `hide` gets the
+    secrets a restore read from the host (they were no parameter: the caller masks them too)."""
     req = prepare(p, check_mode)
+    if req.restored is not None:
+        hide(req.secrets)
     stop = None
     if p.get("teardown") and not req.pf.report.errors:  # a failed preflight stops nothing: no teardown to check
         from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_replace
@@ -350,8 +462,15 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
         if taken is not None:
             partial["operation_lock"] = taken
         with _instance_lock(req, take=not check_mode and not req.pf.report.errors, stop=stop):
+            damaged = damaged_record(req, check_mode, warn)
+            if damaged is not None:
+                partial["record_damaged"] = damaged
+            prev = _previous_exit_now(req)
             decision = _launch_plan.decide(facts_for(req, stop, check_mode, diff, warn, partial))
             partial = result = outcome(partial, req.pf.report, decision, diff)
+            if prev is not None:
+                result["previous_exit"] = prev
+                result["decision"] = "%s; %s" % (result["decision"], previous_exit_text(req.name, prev))
             if stop is not None:
                 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_replace
                 _launch_replace.merge(result, diff)
@@ -372,6 +491,18 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
             raise
         fields = _exit.failure(exc, "sglang_launch")
         raise _carrying(SglangError(fields.pop("msg"), **fields), partial) from None
+
+
+def _previous_exit_now(req: Request) -> Optional[Dict[str, Any]]:
+    """previous_exit of the instance's record as it is before anything is done (a teardown
+    removes the record and exit file of a server that is gone). Never fails the call: an
+    unreadable record is the decision's to report."""
+    if req.pf.report.errors or not os.path.isdir(req.state_dir):
+        return None
+    try:
+        return previous_exit(_record.read_record(req.state_dir, req.name), req.state_dir, req.name)
+    except SglangError:
+        return None
 
 
 def _secret_values(value: Any) -> List[str]:

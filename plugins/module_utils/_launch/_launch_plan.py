@@ -112,8 +112,13 @@ def _running(f: Facts, record: Mapping[str, Any], others: Tuple[Holder, ...], co
                             "nothing to do" % (f.name, pid), blockers=blockers, warnings=warnings, current=record,
                             **common)
         stopped = ", stopped (state T)" if f.probe.get("state") == "T" else ""
-        msg = ("instance %r (pid %s%s) runs the requested configuration but did not answer %s within %s s: "
-               "it must be replaced" % (f.name, pid, stopped, f.probe.get("endpoint"), _num(f.probe.get("timeout"))))
+        tries = f.probe.get("attempts") or 1
+        within = "within %s s" % _num(f.probe.get("timeout"))
+        if tries > 1:  # retried: a stall of one request is no unresponsive server
+            within = "in %d attempts of %s s each (%s s in all)" % (tries, _num(f.probe.get("timeout")),
+                                                                  _num(round(float(f.probe.get("seconds") or 0), 1)))
+        msg = ("instance %r (pid %s%s) runs the requested configuration but did not answer %s %s: "
+               "it must be replaced" % (f.name, pid, stopped, f.probe.get("endpoint"), within))
         return _replace(f, "unresponsive", msg, msg + _STOP_FIRST, blockers, current=record, probe=f.probe, **common)
     changes = tuple(_cliargs.diff_inputs(record.get("fingerprint_inputs"), f.inputs or {}))
     summary = ", ".join("%s: %r -> %r" % (c["key"], c["before"], c["after"]) for c in changes)

@@ -8,17 +8,19 @@ Imported only by a call that has `teardown` (a plan's call does not import the e
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional
 
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_plan
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_restore
+from ansible_collections.llmops.sglang.plugins.module_utils._launch import _preflight
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown import _teardown_call
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
-
-if TYPE_CHECKING:
-    from ansible_collections.llmops.sglang.plugins.module_utils._launch._launch_exec import Request
+from ansible_collections.llmops.sglang.plugins.module_utils._launch._launch_request import Request
 
 
-def _launch_paths(req: "Request") -> List[str]:
+def _launch_paths(req: Request) -> List[str]:
     """What the launch needs after the teardown: model, venv, interpreter, log and state dirs."""
     paths = [req.state_dir, req.log_dir]
     if os.path.isabs(req.pf.model_path or ""):
@@ -35,7 +37,7 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
-def request(req: "Request") -> _teardown_call.Request:
+def request(req: Request) -> _teardown_call.Request:
     """The validated teardown; a purge path that holds (or lies in) what the launch needs is
     refused, before any lock is taken or anything is stopped."""
     stop = _teardown_call.prepare(req.params["teardown"], req.name, req.state_dir, req.params["gpu_backend"])
@@ -46,6 +48,33 @@ def request(req: "Request") -> _teardown_call.Request:
             raise SglangError("purge path %s overlaps %s, which the launch needs after the teardown"
                               % (purge, ", ".join(clash)), reason="bad_purge_path", path=purge)
     return stop
+
+
+def foreign_on_teardown_ports(req: "Request", stop: _teardown_call.Request,
+                              facts: _launch_plan.Facts) -> _launch_plan.Facts:
+    """The teardown stops every listener of its ports: a foreign one (neither this instance nor
+    an sglang server of this user) on a port other than the launch's own - which `gather`
+    judged already - obeys the same foreign_port_holders policy, before anything is stopped.
+    The facts with the refusal in their preflight errors, or as they were."""
+    report = _preflight.Report()
+    own = facts.record if facts.running else None
+    for port in sorted(set(stop.scope.ports) - {req.pf.port}):
+        _preflight.check_foreign_holders(report, port, _preflight.port_holders(port, own),
+                                         req.params["foreign_port_holders"])
+    if not report.checks:
+        return facts
+    kept = req.pf.report
+    kept.checks.extend(report.checks)
+    kept.warnings.extend(report.warnings)
+    if not report.errors:
+        return facts
+    kept.errors.extend(report.errors)
+    return dataclasses.replace(facts, preflight_errors=tuple(kept.errors), preflight_reason=kept.reason())
+
+
+def restore_runs(req: "Request", record: Optional[Mapping[str, Any]]) -> bool:
+    """A restore whose last-good launch is the recorded, live one: nothing to stop."""
+    return req.restored is not None and _launch_restore.still_running(req.restored, record)
 
 
 def run_first(stop: _teardown_call.Request, check_mode: bool, diff: bool,

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _last_good
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact
@@ -71,6 +72,9 @@ class LaunchSpec:
     # process), and why it was picked (kept in the record).
     containment: str = "none"
     containment_why: str = ""
+    # The values the record masks (_last_good.launch_secrets), kept in <name>.secrets for a
+    # promotion to last good; None writes no file.
+    launch_secrets: Optional[Dict[str, Any]] = None
 
 
 # --- log files -------------------------------------------------------------------------------
@@ -372,7 +376,7 @@ def _start_unit(spec: LaunchSpec, env: Dict[str, str], tmpdir: str, exit_path: s
     _record.write_bytes_atomic(payload_file, _supervisor.payload(exit_path, launch_id, spec.argv, None, env))
     try:
         pid = _systemd.start(contained["unit"], _supervisor.command(spec.python, spec.name), payload_file, log_path,
-                             tmpdir)
+                             tmpdir, claim=contained.get("claim"))
         _containment.unit_started(contained)
     except BaseException:
         _remove_payload(spec)
@@ -406,12 +410,14 @@ def spawn(spec: LaunchSpec) -> Dict[str, Any]:
     SglangError (with `log_tail` when the server is gone within the first moments); any failure
     after the spawn stops the launch's session first, and the message says so."""
     tmpdir, exit_path = _prepare(spec)
-    contained = _containment.prepare(spec.name, spec.containment, spec.containment_why)
+    contained = _containment.prepare(spec.name, spec.containment, spec.containment_why, spec.state_dir)
     try:
         return _spawn(spec, tmpdir, exit_path, contained)
     except BaseException:
         _containment.discard(contained)  # a failed launch leaves no cgroup behind (nor any member)
         raise
+    finally:
+        _containment.release(contained)  # the claim: from here on the cgroup's members hold it
 
 
 def _spawn(spec: LaunchSpec, tmpdir: str, exit_path: str, contained: Dict[str, Any]) -> Dict[str, Any]:
@@ -447,6 +453,8 @@ def _spawn(spec: LaunchSpec, tmpdir: str, exit_path: str, contained: Dict[str, A
     })
     record.update(contained)
     try:
+        if spec.launch_secrets is not None:  # before the record: a record never lacks its secrets
+            _last_good.write_launch_secrets(spec.state_dir, spec.name, launch_id, spec.launch_secrets)
         _record.write_record(spec.state_dir, spec.name, record)
         try:
             server = _await_server(spec, sup, exit_path, launch_id, log_path)

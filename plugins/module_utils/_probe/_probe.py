@@ -7,7 +7,6 @@ used, and an ImportError there becomes a line in `unavailable` instead of a fail
 """
 from __future__ import annotations
 
-import glob
 import os
 import pwd
 import sys
@@ -15,13 +14,14 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
+from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _diagnosis
 from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe_report
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import (
     DEFAULT_SEARCH_PATHS, Resolving, discover, in_use, untrusted_install)
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import start as start_resolve
-from ansible_collections.llmops.sglang.plugins.module_utils._host._record import default_state_dir, read_json
+from ansible_collections.llmops.sglang.plugins.module_utils._host._record import default_state_dir, read_json, record_files
 from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import mask_cmdline, masked_argv, redact_deep
 
 T = TypeVar("T")
@@ -64,7 +64,7 @@ def _holder(pid: int, procs: Dict[int, Any]) -> Dict[str, Any]:
 def processes() -> Tuple[Dict[int, Any], List[Any]]:
     """(process table, sglang servers grouped from it)."""
     from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
-    from ansible_collections.llmops.sglang.plugins.module_utils._probe._discovery import find_servers
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang._discovery import find_servers
 
     procs = _procs.snapshot()
     return procs, find_servers(procs)
@@ -72,13 +72,13 @@ def processes() -> Tuple[Dict[int, Any], List[Any]]:
 
 def servers_by_command_line(now: float) -> List[Dict[str, Any]]:
     """Without the process layer (no psutil): the sglang main processes from their command lines
-    alone (_deps reads /proc for that) - no members, ports or environment, `state: unknown`,
+    alone (_depsearch reads /proc for that) - no members, ports or environment, `state: unknown`,
     `partial: true`. Enough to say what runs, with which interpreter and arguments."""
-    from ansible_collections.llmops.sglang.plugins.module_utils._probe._discovery import DEFAULT_PORT, parse_args
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang._discovery import DEFAULT_PORT, parse_args
     from ansible_collections.llmops.sglang.plugins.module_utils._sglang._interpreter import _venv_root_of
 
     out = []
-    for pid, uid, argv in _deps.sglang_command_lines():
+    for pid, uid, argv in _depsearch.sglang_command_lines():
         args = parse_args(mask_cmdline(argv))
         try:
             port: Optional[int] = int(args.get("port", DEFAULT_PORT))
@@ -99,7 +99,7 @@ def probe_port(port: int, servers: List[Any], procs: Dict[int, Any], api_key: Op
     sglang server of `server_user` (`launch_ids`: this state dir's launch records); to anything
     else with a key given, nothing is sent."""
     from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
-    from ansible_collections.llmops.sglang.plugins.module_utils._probe._discovery import credential_refusal, server_of_pid
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang._discovery import credential_refusal, server_of_pid
     from ansible_collections.llmops.sglang.plugins.module_utils._host._ports import listeners
 
     socks = listeners([port])
@@ -148,7 +148,7 @@ def gpus(backend: str, servers: List[Any], procs: Dict[int, Any]) -> Dict[str, A
     """The GPU report, each compute process tagged `sglang` (with its server) or `foreign`."""
     if backend == "none":  # query_gpus("none")'s answer, without compiling the GPU readers
         return {"backend": "none", "note": GPUS_DISABLED, "gpus": []}
-    from ansible_collections.llmops.sglang.plugins.module_utils._probe._discovery import server_of_pid
+    from ansible_collections.llmops.sglang.plugins.module_utils._sglang._discovery import server_of_pid
     from ansible_collections.llmops.sglang.plugins.module_utils._host._gpus import query_gpus
 
     data = query_gpus(backend).to_dict()
@@ -173,13 +173,11 @@ def read_records(state_dir: str, unavailable: List[str],
     """Launch records with whether their server is alive (unknown, None, without the process
     layer); `full`, when given, receives each readable record as written."""
     out: List[Dict[str, Any]] = []
-    for path in sorted(glob.glob(os.path.join(state_dir, "*.json"))):
-        if path.endswith(".exit.json"):
-            continue
+    for path in record_files(state_dir):  # <name>.json only: not the exit, timeline or other files
         try:
             rec = read_json(path) or {}
         except SglangError as exc:
-            out.append({"path": path, "error": exc.msg})
+            out.append({"path": path, "error": exc.msg, "reason": exc.details.get("reason")})
             continue
         if full is not None:
             full.append(rec)
@@ -282,7 +280,7 @@ def _flags(p: Dict[str, Any], interp: Any, state_dir: str, result: Dict[str, Any
 
 def _dependencies(p: Dict[str, Any], result: Dict[str, Any], warn: Warn) -> None:
     """psutil/requests missing for this module's python: a warning naming one that has them."""
-    deps = _deps.report(_deps.REQUIRED, p, import_them=False)
+    deps = _depsearch.report(_deps.REQUIRED, p, import_them=False)
     if deps is None:
         return
     warn(deps["msg"])

@@ -32,6 +32,8 @@ _loganalysis judges each line with the patterns of _logpatterns).
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -83,6 +85,11 @@ class Options:
     node_rank: int = 0
     require_ready_line: bool = True
     work: Optional[_workproof.WorkCheck] = None  # the proof that the server does its job
+    # Was this launch ever judged ready (its start is the one remembered, _timeline_store)?
+    # False: a launch that holds its port already is still a start - a launch this play made
+    # that bound its port before the first poll - unless its log has outgrown a start's
+    # (HEAD_BYTES). None (unknown: no state dir or launch id): holding the port means running.
+    proven_before: Optional[bool] = None
 
 
 # One rule for "does that listener collide with this server's address" (_ports), and one for
@@ -220,12 +227,24 @@ class Readiness:
             return True
         return False
 
+    def _unproven_start(self) -> bool:
+        """A launch never judged ready whose log since the launch offset is no longer than a
+        start's: judged as a start (its whole log from the offset, the ready line required, the
+        settle window from it, its start remembered), not as a server that was already running."""
+        if self.opts.proven_before is not False:
+            return False
+        try:
+            grown = os.stat(self.inst.log_path).st_size - self.inst.log_offset
+        except OSError:
+            return False
+        return 0 <= grown <= HEAD_BYTES
+
     def _begin(self) -> None:
         """Fix the mode. A running server: its startup up to the ready line (bounded) for the
         timeline, then only new lines; what it logged since (recovered errors, hours of access
         lines) is never read. A dead one: the same startup, then its last lines."""
         alive = self._alive()
-        if alive and self._holds_port():
+        if alive and self._holds_port() and not self._unproven_start():
             self.mode = RUNNING
         elif not alive:
             self.mode = GONE
@@ -466,7 +485,9 @@ class Readiness:
         if self.opts.work is None or self._work is not None:
             return None
         self.waiting_for = "the proof of work (%s)" % self.opts.work.kind
-        self._work = _workproof.prove(self.opts.work, self.inst.host, self.inst.port or 0, self.opts.api_key,
+        proc = _procs.read_proc(self.inst.pid)  # the owner of the dump the proof may remove again
+        check = dataclasses.replace(self.opts.work, server_uid=proc.uid if proc else None)
+        self._work = _workproof.prove(check, self.inst.host, self.inst.port or 0, self.opts.api_key,
                                       self.clock, self.sleep)
         if self._work.ok:
             return None

@@ -55,6 +55,18 @@ def baseline(state_dir: Optional[str], name: Optional[str], launch_id: Optional[
     return stored
 
 
+def proven(state_dir: Optional[str], name: Optional[str], launch_id: Optional[str]) -> Optional[bool]:
+    """Was this launch judged ready before (it is the remembered start, or the one before it)?
+    None when that cannot be known: no state dir, name or launch id."""
+    if not state_dir or not name or not launch_id:
+        return None
+    stored = read(state_dir, name)
+    if stored is None:
+        return False
+    previous = _entry(stored.get("previous")) or {}
+    return launch_id in (stored.get("launch_id"), previous.get("launch_id"))
+
+
 def is_slow(start_seconds: Optional[float], last_seconds: Optional[float]) -> bool:
     return bool(start_seconds and last_seconds and start_seconds > SLOW_FACTOR * last_seconds)
 

@@ -8,12 +8,17 @@ window, so the proof costs the request's own time and no extra module call:
 - `generate`: POST /generate (4 tokens) must answer 200; with `dump_dir`, a regular file in that
   directory (recursively, symlinks not followed) must appear or change after the request began.
   The directory is listed just before the request: no clock comparison (a dump the start-up's
-  warm-up wrote a moment before is in that listing, not a new one).
+  warm-up wrote a moment before is in that listing, not a new one). The dump directory is the
+  operator's data (training data): once checked, the proof's own file is removed again - only
+  when it is the one file that appeared since the request (another request's dump cannot be told
+  apart from it, so then nothing is removed), through directory descriptors without following
+  symlinks, a regular file owned by the server's user and still the inode that was seen.
 - `chat_reasoning`: POST /v1/chat/completions (the model id from GET /v1/models) must answer 200
   with a non-empty `choices[0].message.reasoning_content`.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -38,6 +43,7 @@ class WorkCheck:
     dump_dir: Optional[str] = None
     dump_wait: float = 30.0
     timeout: float = 60.0
+    server_uid: Optional[int] = None  # the server's user: the only owner of a dump the proof removes
 
 
 @dataclass
@@ -49,6 +55,8 @@ class WorkResult:
     status: Optional[int] = None
     evidence: Optional[str] = None  # the new dump's path, or the reasoning's length
     seconds: float = 0.0
+    removed: Optional[bool] = None  # generate with dump_dir: the proof's own dump removed again
+    kept_why: Optional[str] = None  # why it was not
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -87,6 +95,61 @@ def _new_dump(before: Listing, now: Listing) -> Optional[str]:
     return max(fresh)[1] if fresh else None
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _unlink_checked(root: str, path: str, ino: int, owner: Optional[int]) -> Optional[str]:
+    """Remove `path` (a file under `root`) through directory descriptors opened without following
+    symlinks, only while it is a regular file of `owner` with inode `ino`. None when removed,
+    else why it was kept."""
+    if owner is None:
+        return "the server's user is unknown"
+    parts = os.path.relpath(path, root).split(os.sep)
+    if any(part in ("", ".", "..") for part in parts):
+        return "it is not inside %s" % root
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError as exc:
+        return "%s cannot be opened without following a symlink (%s)" % (root, exc.strerror or exc)
+    try:
+        for part in parts[:-1]:
+            sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode) or st.st_ino != ino:
+            return "it is no longer the file that was checked"
+        if st.st_uid != owner:
+            return "it belongs to uid %d, not to the server's user (uid %d)" % (st.st_uid, owner)
+        os.unlink(parts[-1], dir_fd=fd)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return "it was gone already"
+        return "%s: %s" % (path, exc.strerror or exc)
+    finally:
+        os.close(fd)
+    return None
+
+
+def _remove_own(check: WorkCheck, before: Listing, result: WorkResult) -> WorkResult:
+    """The proof's own dump removed from the data again, when it can be told apart."""
+    now = list_dumps(check.dump_dir or "")
+    changed = [path for path, sig in now.items() if before.get(path) != sig]
+    path = result.evidence or ""
+    if path not in now:
+        why: Optional[str] = "it was gone already"
+    elif path in before:
+        why = "it existed before the request (a file that changed is not the proof's own)"
+    elif changed != [path]:
+        why = ("%d files appeared or changed since the request (other requests' dumps): the proof's own cannot be "
+               "told apart from them" % len(changed))
+    else:
+        why = _unlink_checked(check.dump_dir or "", path, now[path][0], check.server_uid)
+    result.removed, result.kept_why = why is None, why
+    result.msg += "; removed again (the dump directory holds data)" if result.removed else "; kept: %s" % result.kept_why
+    return result
+
+
 def _generate(check: WorkCheck, host: str, port: int, api_key: Optional[str],
               clock: Callable[[], float], sleep: Callable[[float], None]) -> WorkResult:
     before = list_dumps(check.dump_dir) if check.dump_dir else {}
@@ -101,7 +164,8 @@ def _generate(check: WorkCheck, host: str, port: int, api_key: Optional[str],
     while True:
         path = _new_dump(before, list_dumps(check.dump_dir))
         if path is not None:
-            return WorkResult(True, check.kind, "POST /generate -> 200, new dump %s" % path, resp.status, path)
+            return _remove_own(check, before, WorkResult(True, check.kind, "POST /generate -> 200, new dump %s" % path,
+                                                         resp.status, path))
         if clock() >= deadline:
             return WorkResult(
                 False, check.kind,

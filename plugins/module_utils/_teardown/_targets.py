@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
@@ -81,13 +82,13 @@ class InstanceFiles:
 
 def instance_files(state_dir: Optional[str]) -> List[InstanceFiles]:
     """Log and TMPDIR of every launch record in the state dir (ours and the other instances')."""
-    from ansible_collections.llmops.sglang.plugins.module_utils._host._record import read_json
+    from ansible_collections.llmops.sglang.plugins.module_utils._host._record import is_record_file, read_json
 
     out: List[InstanceFiles] = []
     if not state_dir or not os.path.isdir(state_dir):
         return out
     for entry in sorted(os.listdir(state_dir)):
-        if not entry.endswith(".json") or entry.endswith(".exit.json") or entry.startswith("."):
+        if not is_record_file(entry):  # <name>.exit.json, .timeline.json, .good.json are no records
             continue
         try:
             data = read_json(os.path.join(state_dir, entry))
@@ -215,19 +216,44 @@ class World:
     instances: List[InstanceFiles] = field(default_factory=list)
     own_pidns: Optional[str] = None        # None: namespaces are not compared (synthetic worlds)
     pidns: NsReader = _procs.pid_namespace
+    device_scan: Optional[Dict[str, object]] = None   # how much of the host the fuser view covers
 
     @classmethod
-    def capture(cls, scope: Scope, gpu_backend: str = "auto") -> "World":
+    def capture(cls, scope: Scope, gpu_backend: str = "auto", timeout: Optional[float] = None) -> "World":
+        """The host now. `timeout` (seconds) bounds the fuser view's walk over fd links."""
+        t0 = time.monotonic()
         procs = _procs.snapshot(lazy=False)  # attribution reads every row's uid
         want_gpus = scope.gpus is None or bool(scope.gpus)
         report = _gpus.query_gpus(gpu_backend) if want_gpus else _gpus.GpuReport("none", [], "gpus: []")
-        # The fuser view is only informative; skip its /proc walk when GPUs are not managed.
-        holders = _gpus.device_file_holders(list(procs)) if want_gpus else {}
+        own_pidns = _procs.own_pid_namespace()
+        # The fuser view is only informative: skipped when GPUs are not managed, and otherwise
+        # bounded by the timeout and read only where a target could be (see _fuser_pids).
+        scan = None
+        if want_gpus:
+            pids = _fuser_pids(procs, scope.all_users, os.geteuid(), own_pidns)
+            deadline = None if timeout is None else t0 + max(timeout, 0.0)
+            scan = _gpus.scan_device_holders(pids, deadline, left_out=len(procs) - len(pids))
         listeners = _ports.listeners(scope.ports) if scope.ports else []
         return cls(procs=procs, environ=_cached_environ(procs), listeners=listeners, gpu_report=report,
-                   device_holders=holders, files=lambda pid: read_open_files(pid, procs.get(pid)),
+                   device_holders=scan.holders if scan else {},
+                   files=lambda pid: read_open_files(pid, procs.get(pid)),
                    own_pids=_procs.ancestors(os.getpid(), procs), euid=os.geteuid(),
-                   instances=instance_files(scope.state_dir), own_pidns=_procs.own_pid_namespace())
+                   instances=instance_files(scope.state_dir), own_pidns=own_pidns,
+                   device_scan=scan.to_dict() if scan else None)
+
+
+def _fuser_pids(procs: Mapping[int, _procs.Proc], all_users: bool, euid: int, own_pidns: Optional[str]) -> List[int]:
+    """The processes whose fd links the fuser view reads: only those that could be targets
+    (the module's user unless all_users, this PID namespace). Another user's million fds must
+    not stretch a teardown (and their processes are never targets without all_users)."""
+    out = []
+    for pid, proc in sorted(procs.items()):
+        if proc.is_zombie or (not all_users and proc.uid != euid):
+            continue
+        if own_pidns is not None and _procs.pid_namespace(pid) not in (None, own_pidns):
+            continue
+        out.append(pid)
+    return out
 
 
 def _cached_environ(procs: Optional[Dict[int, _procs.Proc]] = None) -> EnvReader:
@@ -278,6 +304,7 @@ class Selection:
     named: Set[int] = field(default_factory=set)           # pids the launch record names (start time checked)
     outside_cgroup: List[Dict[str, object]] = field(default_factory=list)  # record heuristics, not members
     foreign_listeners: List[Dict[str, object]] = field(default_factory=list)  # beside the instance's address
+    other_instance_targets: Dict[int, str] = field(default_factory=dict)  # pid -> the other instance on a port
 
     def refuse(self, proc: _procs.Proc, would_be: List[str], why: str, world: "World") -> None:
         """Record a process a reason selected but a protection refused (once per pid)."""
@@ -579,6 +606,7 @@ def select(scope: Scope, world: World, record: Optional[Mapping[str, object]] = 
         target = Target(proc, list(candidates[pid]), via_port=pid in port_pids)
         if pid in other:
             target.add("belongs to instance %s (conflict on a managed port)" % other[pid])
+            sel.other_instance_targets[pid] = other[pid]  # refused before any signal unless taken over
         sel.targets[pid] = target
 
     _add_descendants(sel, scope, world, other)

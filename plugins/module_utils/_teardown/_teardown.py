@@ -18,7 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment
+from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment_systemd as _systemd
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _gpus
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _pidfd
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
@@ -44,17 +46,24 @@ class Options:
     shm_dir: str = _shm.SHM_DIR
     purge_paths: List[str] = field(default_factory=list)
     gpu_backend: str = "auto"
+    takeover: List[str] = field(default_factory=list)  # other instances this teardown may stop, by name
 
 
 def validate_options(opts: Options, state_dir: Optional[str]) -> None:
     """Refuse bad options before anything is looked at; purge paths are replaced by their
-    resolved form (the deny-list is judged on it, and holders are matched against it)."""
+    normalised form AS GIVEN, never the resolved one (the deny-list judges both; what is
+    emptied is walked with O_NOFOLLOW, so it holds no symlink and holders match it)."""
     if opts.grace_period < 0:
         raise SglangError("grace_period must be >= 0 (got %s)" % opts.grace_period, reason="bad_option")
     if opts.timeout < 0:
         raise SglangError("timeout must be >= 0 (got %s)" % opts.timeout, reason="bad_option")
     if opts.gpu_backend not in _gpus.BACKENDS:
         raise SglangError("gpu_backend must be one of %s" % ", ".join(_gpus.BACKENDS), reason="bad_option")
+    for name in opts.takeover:
+        try:
+            _record.validate_name(name)
+        except SglangError as exc:
+            raise SglangError("takeover: %s" % exc.msg, reason="bad_option")
     opts.purge_paths = [_purge.check_purge_path(path, state_dir, opts.shm_dir) for path in opts.purge_paths]
 
 
@@ -102,6 +111,7 @@ class Plan:
     contained: bool = False               # the record names a cgroup: it is the member list
     cgroup: Optional[str] = None          # the launch's own cgroup, when it still exists
     members: List[Dict[str, object]] = field(default_factory=list)    # its processes when planned
+    damaged: Optional[Dict[str, object]] = None  # the damaged launch record, kept aside (record_damaged)
 
     @property
     def targets(self) -> Dict[int, Target]:
@@ -222,17 +232,71 @@ def open_handles(targets: Dict[int, Target]) -> Dict[int, _pidfd.Handle]:
     return handles
 
 
-def make_plan(scope: Scope, opts: Options, world: Optional[World] = None) -> Plan:
+def _read_record(scope: Scope, check_mode: bool) -> Tuple[Optional[Dict[str, object]], Optional[Dict[str, object]]]:
+    """(the instance's launch record, what was damaged). A damaged record (zero bytes, cut short)
+    is kept aside for inspection (renamed; check mode: only named) and read as no record: the
+    instance is still found by its marker, ports and cgroup (_recovered_cgroup)."""
+    if not (scope.name and scope.state_dir):
+        return None, None
+    damaged = _record.damaged_record(scope.state_dir, scope.name, check_mode) \
+        if os.path.isdir(scope.state_dir) else None
+    if damaged is not None:
+        return None, damaged
+    return _record.read_record(scope.state_dir, scope.name), None
+
+
+def _marked_ours(pid: int, scope: Scope) -> bool:
+    """The process carries this instance's marker (name and state dir)."""
+    env = _procs.read_environ(pid) or {}
+    their_dir = env.get(_procs.MARKER_STATE_DIR)
+    return (env.get(_procs.MARKER_INSTANCE) == scope.name and bool(their_dir) and bool(scope.state_dir)
+            and os.path.realpath(their_dir or "") == os.path.realpath(scope.state_dir or ""))
+
+
+def _recovered_cgroup(scope: Scope) -> Optional[Dict[str, object]]:
+    """Without a launch record (missing, or set aside as damaged), the containment it would have
+    named: the instance's own cgroup (its path follows from the name), when it exists, belongs to
+    root or the module's user, and every process in it carries this instance's marker - or it is
+    empty (then it is only removed). Another state dir's instance of the same name is never taken."""
+    mount = _cgroup.v2_mount()
+    if not scope.name or mount is None:
+        return None
+    found: List[Tuple[str, str, Optional[str]]] = []
+    if _systemd.pid1_is_systemd():
+        unit = _systemd.unit_name(scope.name)
+        path = _systemd.cgroup_path(unit)
+        if path and os.path.isdir(path):
+            found.append(("systemd", path, unit))
+    path = _cgroup.instance_path(mount, scope.name)
+    if not found and os.path.isdir(path) and not os.path.islink(path):
+        found.append(("cgroup", path, None))
+    if not found:
+        return None
+    backend, path, unit = found[0]
+    _cgroup.check_owned(path)  # another owner: unsafe_cgroup, before any signal
+    if not all(_marked_ours(pid, scope) for pid in _cgroup.members(path)):
+        return None
+    return {"name": scope.name, "containment": backend, "unit": unit, "cgroup": path,
+            "cgroup_id": _cgroup.cgroup_id(path), "boot_id": _containment.boot_id(),
+            "containment_why": "recovered without a launch record: the instance's cgroup, every member marked"}
+
+
+def make_plan(scope: Scope, opts: Options, world: Optional[World] = None, check_mode: bool = False) -> Plan:
     euid = world.euid if world else os.geteuid()
     dirs = open_dirs(opts, euid)
     handles: Dict[int, _pidfd.Handle] = {}
     try:
-        world = world or World.capture(scope, opts.gpu_backend)
-        record = None
+        world = world or World.capture(scope, opts.gpu_backend, timeout=opts.timeout)
+        record, damaged = _read_record(scope, check_mode)
         record_files = _record_files(scope)
-        if scope.name and scope.state_dir:
-            record = _record.read_record(scope.state_dir, scope.name)
         selection = select(scope, world, record, _launch_exited(scope, record))
+        if damaged is not None:
+            selection.record_notes.append(_record.damaged_text(scope.name or "", damaged))
+        if record is None:  # the cgroup the record would name, when it is provably this instance's
+            record = _recovered_cgroup(scope)
+            if record is not None:
+                selection.record_notes.append("no launch record: the instance's cgroup %s was found by its name "
+                                              "and its members' marker" % record["cgroup"])
         contained = _containment.is_contained(record)
         cgroup, members = _cgroup_of(record, selection) if contained else (None, [])
         handles = open_handles(selection.targets)
@@ -246,7 +310,7 @@ def make_plan(scope: Scope, opts: Options, world: Optional[World] = None) -> Pla
         dirs.close()
         raise
     return Plan(scope, selection, world, record, steps, files, kept, tmpdir, note, record_files, handles, dirs,
-                contained, cgroup, members)
+                contained, cgroup, members, damaged)
 
 
 def _cgroup_of(record: Optional[Dict[str, object]], selection: Selection
@@ -261,11 +325,48 @@ def _cgroup_of(record: Optional[Dict[str, object]], selection: Selection
     return path, members
 
 
-def check_preconditions(plan: Plan) -> None:
-    """Refuse BEFORE any signal: scope conflicts, foreign GPU users (foreign_gpu_processes=fail)."""
+TEARDOWN_PLAYBOOK = "ansible-playbook playbooks/teardown.yml -e sglang_name=%s"
+
+
+def _other_instances(plan: Plan, takeover: List[str]) -> List[Dict[str, object]]:
+    """The other instances among the targets (found on a managed port) that `takeover` does not
+    name: name, state dir, pids - what the refusal names."""
+    found: Dict[Tuple[str, str], List[int]] = {}
+    for pid, name in sorted(plan.selection.other_instance_targets.items()):
+        if name in takeover:
+            continue
+        marker = _procs.marker_of(pid) or {}
+        found.setdefault((name, marker.get(_procs.MARKER_STATE_DIR) or "?"), []).append(pid)
+    return [{"name": n, "state_dir": d, "pids": p} for (n, d), p in sorted(found.items())]
+
+
+def _other_instance_error(plan: Plan, others: List[Dict[str, object]]) -> SglangError:
+    ports = ", ".join(str(p) for p in plan.scope.ports) or "a managed port"
+    named = []
+    for other in others:
+        command = TEARDOWN_PLAYBOOK % other["name"]
+        if other["state_dir"] not in ("?", plan.scope.state_dir):
+            command += " -e sglang_state_dir=%s" % other["state_dir"]
+        named.append("instance %r (pids %s, state dir %s) - stop it with `%s` (or an ad hoc "
+                     "llmops.sglang.sglang_teardown with name=%s state_dir=%s)" % (
+                         other["name"], ", ".join(map(str, other["pids"])), other["state_dir"], command,
+                         other["name"], other["state_dir"]))
+    return SglangError("refusing to tear down: %s is held by another instance, which a teardown of %r never "
+                       "stops: %s; or name it in the teardown's takeover (takeover: [%s]) to let this run stop it. "
+                       "Nothing was stopped" % (ports, plan.scope.name, "; ".join(named),
+                                                ", ".join(str(o["name"]) for o in others)),
+                       reason="other_instance", other_instances_on_ports=others)
+
+
+def check_preconditions(plan: Plan, takeover: Optional[List[str]] = None) -> None:
+    """Refuse BEFORE any signal: scope conflicts, another instance on a managed port (unless
+    taken over by name), foreign GPU users (foreign_gpu_processes=fail)."""
     sel = plan.selection
     if sel.conflicts:
         raise SglangError("refusing to tear down: " + "; ".join(sel.conflicts), reason="scope_conflict")
+    others = _other_instances(plan, list(takeover or []))
+    if others:
+        raise _other_instance_error(plan, others)
     # with kill, a foreign user that is protected (or another user's) still blocks
     refuse = plan.scope.foreign_gpu_processes == "fail" or any("why_not" in f for f in sel.foreign_gpu)
     if sel.foreign_gpu and refuse:
@@ -458,19 +559,49 @@ def _kept(entry: _shm.ShmEntry) -> Dict[str, object]:
     return {"path": entry.path, "size": entry.size, "held_by": holders}
 
 
+CGROUP_REASON = "member of the instance's cgroup %s"
+
+
+def member_targets(members: List[Dict[str, object]], cgroup: Optional[str], known: Set[int],
+                   procs: Optional[Dict[int, _procs.Proc]] = None) -> List[Dict[str, object]]:
+    """The cgroup's members in the shape of `targets` (they are stopped through the cgroup, not
+    one by one, but they are what the teardown stops): one count for the result, the diff and
+    the summary. `known` pids are already listed as per-process targets."""
+    out: List[Dict[str, object]] = []
+    for member in members:
+        pid = int(member["pid"])  # type: ignore[call-overload]
+        if pid in known:
+            continue
+        proc = (procs or {}).get(pid)
+        entry: Dict[str, object] = {"pid": pid, "name": member.get("name"), "cmdline": member.get("cmdline"),
+                                    "user": member.get("user"), "pgid": proc.pgid if proc else None,
+                                    "sid": proc.sid if proc else None,
+                                    "start_time": proc.start_time if proc else None,
+                                    "reasons": [CGROUP_REASON % cgroup]}
+        out.append(entry)
+    return out
+
+
+def _all_targets(per_process: List[Dict[str, object]], members: List[Dict[str, object]]) -> List[Dict[str, object]]:
+    return sorted(per_process + members, key=lambda t: int(t["pid"]))  # type: ignore[call-overload]
+
+
 def summary(plan: Plan) -> Dict[str, object]:
     sel = plan.selection
+    own = [sel.targets[pid].to_dict() for pid in sorted(sel.targets)]
     return {
-        "targets": [sel.targets[pid].to_dict() for pid in sorted(sel.targets)],
+        "targets": _all_targets(own, member_targets(plan.members, plan.cgroup, set(sel.targets), plan.world.procs)),
         "other_instances": sel.other_instances,
         "other_namespaces": sel.other_namespaces,
         "device_file_holders": sel.device_file_holders,
+        "device_file_holders_scan": plan.world.device_scan,
         "foreign_gpu_processes": sel.foreign_gpu,
         "spared": sel.spared,
         "outside_cgroup": sel.outside_cgroup,
         "foreign_listeners": sel.foreign_listeners,
         "record": {"notes": sel.record_notes, "files": plan.record_files, "tmpdir": plan.tmpdir,
                    "tmpdir_note": plan.tmpdir_note},
+        "record_damaged": plan.damaged,
     }
 
 
@@ -498,6 +629,8 @@ def check_mode_result(plan: Plan) -> Dict[str, object]:
         result["containment"] = {"cgroup": plan.cgroup, "members": plan.members, "removed": False,
                                  "killed_with": None, "timings": {}}
     result["changed"] = bool(live or plan.members or plan.files or plan.tmpdir or plan.record_files)
+    # the processes a real run would stop: the same count as the diff's and the SIGTERM steps'
+    result["stopped"] = len(set(live) | {int(m["pid"]) for m in plan.members})  # type: ignore[call-overload]
     return result
 
 
@@ -695,7 +828,12 @@ def _result(plan: Plan, run: Run, survivors: List[Dict[str, object]], d_state: L
             killed.append({"pid": pid, "name": entry["name"], "cmdline": entry["cmdline"], "user": entry["user"],
                            "reason": "; ".join(target.reasons), "signal": run.ended[pid]})
     result = summary(plan)
-    result["targets"] = [run.targets[pid].to_dict() for pid in sorted(run.targets)]
+    members = list(run.cg["containment"]["members"]) if run.cg else []  # type: ignore[index]
+    cgroup = run.cg["containment"]["cgroup"] if run.cg else None  # type: ignore[index]
+    result["targets"] = _all_targets([run.targets[pid].to_dict() for pid in sorted(run.targets)],
+                                     member_targets(members, cgroup, set(run.targets), plan.world.procs))
+    # what this teardown ended (a target already gone when it acted is no process it stopped)
+    result["stopped"] = sum(1 for k in killed if k["signal"] in ("SIGTERM", "SIGKILL"))
     result.update({
         "killed": killed, "survivors": survivors, "d_state": d_state, "signals": run.signals,
         "shm_removed": files.removed, "shm_kept": files.kept, "tmpdir_removed": files.tmpdir_removed,

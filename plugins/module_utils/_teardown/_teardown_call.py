@@ -47,7 +47,7 @@ def prepare(p: Mapping[str, Any], name: Optional[str], state_dir: str, gpu_backe
                         p["all_users"], p["protect"], p["foreign_gpu_processes"], own_cmdlines())
     opts = _teardown.Options(grace_period=p["grace_period"], timeout=p["timeout"], shm_cleanup=p["shm_cleanup"],
                              shm_dir=p["shm_dir"], purge_paths=[os.path.normpath(x) for x in p["purge_paths"]],
-                             gpu_backend=gpu_backend)
+                             gpu_backend=gpu_backend, takeover=list(p.get("takeover") or []))
     _teardown.validate_options(opts, state_dir)
     return Request(scope=scope, opts=opts)
 
@@ -57,9 +57,9 @@ def run(req: Request, check_mode: bool, diff: bool, warn: Callable[[str], None])
     `warn` before anything is done; a failure is raised with its reason and the whole result
     (and the diff) as details."""
     start = time.monotonic()
-    plan = _teardown.make_plan(req.scope, req.opts)
+    plan = _teardown.make_plan(req.scope, req.opts, check_mode=check_mode)
     try:
-        _teardown.check_preconditions(plan)
+        _teardown.check_preconditions(plan, req.opts.takeover)
         plan_s = round(time.monotonic() - start, 3)
         for text in _teardown.purge_warnings(plan, check_mode):
             warn(text)

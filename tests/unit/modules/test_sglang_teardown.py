@@ -1,0 +1,5 @@
+"""sglang_teardown in-process: bad input fails before any signal and creates nothing (cases in
+test_sglang_teardown.yaml; the harness is uthelper.py)."""
+from uthelper import cases_of
+
+test_module = cases_of("sglang_teardown", __file__)
