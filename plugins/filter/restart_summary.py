@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Filters that turn one restart's results into the operator's answer: where the host stands
 (first line), then what was planned, stopped, launched, proven. Controller side only; the
-words come from the restart's state machine (restart_outcome.py).
+words come from the restart's state machine (module_utils/_restart/_restart_outcome.py).
 
     {{ sglang_restart_result | llmops.sglang.restart_summary }}
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping
 
-from ansible_collections.llmops.sglang.plugins.filter.restart_outcome import restart_outcome
+from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import restart_outcome
 
 
 def _inputs(data: Mapping[str, Any]) -> Dict[str, Any]:
