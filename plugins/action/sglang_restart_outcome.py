@@ -7,8 +7,9 @@ right before it is said.
 The restart role's last step. On the host it runs sglang_ready against the instance's launch
 record as it is now (a re-check: process, port owner, /server_info, health), holding the server
 until `hold` seconds have passed since its ready line (a server that dies 2.5 s after it said
-it was ready is not reported serving), then gives the operation lock back when the readiness
-wait did not. On the controller it feeds that check and the steps' results to the restart's
+it was ready is not reported serving) and, once held, making it the host's last proven-good
+launch (sglang_ready's promote), then gives the operation lock back when the readiness wait did
+not. On the controller it feeds that check and the steps' results to the restart's
 state machine (plugins/module_utils/_restart/_restart_outcome.py) and returns sglang_restart_result as a fact.
 The summary is printed here, right after the check, unless a rollback is due (then the second
 call, after the rollback, prints it). It never fails: the role's last task does, with a short
@@ -23,7 +24,8 @@ from typing import Any, Callable, Dict, Mapping, Optional
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import (restart_outcome,
+from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import (restart_decide,
+                                                                                         restart_outcome,
                                                                                          restart_rollback)
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _operation_lock as L
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
@@ -50,19 +52,32 @@ def hold_left(hold: float, age: Optional[float]) -> float:
 
 
 def check(execute: Callable[[Dict[str, Any]], Dict[str, Any]], args: Mapping[str, Any], hold: float,
-          ready: Mapping[str, Any]) -> Dict[str, Any]:
+          ready: Mapping[str, Any], promote: bool = False) -> Dict[str, Any]:
     """The instance re-checked now, held until `hold` s after its ready line. `ready` (the
-    readiness wait's result) estimates what is left of the hold before the first call."""
-    settle = hold_left(hold, ready_age(ready)) if ready.get("ready") else 0.0
+    readiness wait's result) estimates what is left of the hold before the first call.
+
+    With `promote`, the server becomes the host's last proven-good launch (sglang_ready's
+    `promote`) only in a call that holds it to the end of the hold: one whose settle window was
+    counted from a known age of its ready line (a call returns ready only when the server
+    lived through its window). A server that dies inside the hold is never promoted."""
+    age = ready_age(ready) if ready.get("ready") else None
+    settle = hold_left(hold, age)
     res: Dict[str, Any] = {}
+    promoted = False
     for _ in range(HOLD_CALLS):
-        res = execute(dict(args, settle=round(settle, 2)))
+        ask = promote and age is not None
+        res = execute(dict(args, settle=round(settle, 2), **({"promote": True} if ask else {})))
+        promoted = promoted or (ask and bool(res.get("ready")))
         age = ready_age(res)
         if age is not None:
             res["held_since_ready"] = round(age, 1)
         settle = hold_left(hold, age)
         if not res.get("ready") or settle < 0.2:
             break
+    if promote and res.get("ready") and not promoted and age is not None:
+        # held, but no call could be asked to promote it (its age was unknown before): once more
+        again = execute(dict(args, settle=0.0, promote=True))
+        res = dict(again, held_since_ready=res.get("held_since_ready")) if again.get("ready") else again
     return res
 
 
@@ -89,9 +104,12 @@ class ActionModule(ActionBase):
         try:
             spec = args.get("check")
             if isinstance(spec, Mapping) and spec.get("name"):
+                # the restart's server becomes the last proven-good launch (what a later rollback
+                # restores) only here, once it held past the hold; never the rollback's (final)
+                promote = restart_decide(data)["promote_due"] and not args.get("final")
                 live = check(lambda a: self._run_module(READY_MODULE, a, task_vars),
                              {k: v for k, v in spec.items() if v is not None}, float(args.get("hold") or 0),
-                             data.get("ready") or {})
+                             data.get("ready") or {}, promote)
                 data["live"] = {k: v for k, v in live.items() if k not in ("log_tail", "log_events")}
             due = restart_rollback(data)["due"] and not args.get("final")
             lock = args.get("release_lock")

@@ -101,6 +101,8 @@ def test_a_failed_first_launch_has_nothing_to_roll_back_to(tmp_path):
         out = run.stdout + run.stderr
         assert run.returncode != 0, out[-4000:]
         assert _first_summary_line(out) == "DOWN (no server)", out[-4000:]
-        assert "rollback:" not in out
+        # no rollback ran, and the summary says why
+        assert "rollback: none (no launch of this instance was ever proven good: nothing to roll back to)" in out
+        assert "Roll back to the last proven-good configuration" not in out or "included:" not in out
     finally:
         _teardown(extra, tmp_path)

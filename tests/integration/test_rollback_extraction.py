@@ -119,7 +119,7 @@ def test_new_config_never_ready_rolls_back_to_the_old_one(tmp_path):
         summary = _summary(out, names["name"])
         assert "failed at: Wait until the server is ready" in summary, summary
         assert "ready: NO (" in summary, summary  # the new configuration's verdict, kept
-        assert "rollback: old config relaunched, pid %d" % _record(names)["pid"] in summary, summary
+        assert "rollback: last proven-good config relaunched, pid %d" % _record(names)["pid"] in summary, summary
         assert "': serving OLD config (rolled back)" in out  # the host's failure says where it stands
         now = _assert_old_config_back(old, names, extra["sglang_port"])
         assert "SGLANG_EMULATOR_FAULT" not in now["fingerprint_inputs"]["env"]
@@ -147,7 +147,7 @@ def test_new_config_failing_the_dump_proof_rolls_back_to_the_old_one(tmp_path):
         # the new server was ready: its proof of work failed it (the summary names the new launch's, not the rollback's)
         assert "ready: yes (its log, port owner, configuration and health), but the proof of work failed" in summary, summary
         assert "verify: FAILED: the server is ready and answered POST /generate, but no new file appeared" in summary, summary
-        assert "rollback: old config relaunched, pid %d" % _record(names)["pid"] in summary, summary
+        assert "rollback: last proven-good config relaunched, pid %d" % _record(names)["pid"] in summary, summary
         now = _assert_old_config_back(old, names, extra["sglang_port"])
         assert now["fingerprint_inputs"]["env"]["SGLANG_HS_DUMP_DIR"] == names["dump_dir"]
         # the old configuration extracts again: one generation, one new dump where it belongs

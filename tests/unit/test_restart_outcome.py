@@ -420,3 +420,35 @@ def test_a_server_dead_at_the_check_is_not_held_for():
         calls.append(args["settle"])
         return {"ready": False, "reason": "exited"}
     assert not check(execute, {"name": "ex"}, 5.0, READY)["ready"] and len(calls) == 1
+
+
+# --- the last-good record: promoted by the last check, once held (findings 2 and 10) ---------------
+
+def test_the_last_check_promotes_only_a_server_that_held_past_the_hold():
+    """A crash 2.5 s after the ready line must never become the launch a rollback restores."""
+    calls = []
+
+    def server(alive: bool):
+        def execute(args):
+            calls.append(dict(args))
+            return {"ready": alive, "since_launch": 9.0 + args["settle"] + 0.3, "start_seconds": 8.0}
+        return execute
+    out = check(server(True), {"name": "ex"}, 5.0, READY, promote=True)
+    assert calls == [{"name": "ex", "settle": 4.0, "promote": True}] and out["ready"]
+    calls.clear()
+    check(server(False), {"name": "ex"}, 5.0, READY, promote=True)  # died inside the hold: not ready
+    assert len(calls) == 1  # the module promotes only a ready server, and this one was not
+    calls.clear()
+    check(server(True), {"name": "ex"}, 5.0, {}, promote=True)  # no age known before: the first call does not promote
+    assert "promote" not in calls[0] and any(c.get("promote") for c in calls[1:])
+    calls.clear()
+    check(server(True), {"name": "ex"}, 5.0, READY)
+    assert not any(c.get("promote") for c in calls)
+
+
+def test_promotion_is_due_for_a_proven_server_of_this_run_only():
+    assert restart_decide({"plan": PLAN_CHANGE, "launch": LAUNCH, "ready": READY})["promote_due"]
+    assert restart_decide({"plan": PLAN_RUNNING, "ready": READY_OLD})["promote_due"]
+    assert not restart_decide({"plan": PLAN_CHANGE, "launch": LAUNCH, "ready": CRASH})["promote_due"]
+    assert not restart_decide({"check_mode": True, "plan": PLAN_RUNNING, "ready": READY_OLD})["promote_due"]
+    assert not restart_decide({"plan": REFUSALS["unknown flag"]})["promote_due"]

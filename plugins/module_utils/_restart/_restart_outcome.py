@@ -273,6 +273,10 @@ def restart_decide(data: Mapping[str, Any]) -> Dict[str, Any]:
                       and (launched or not launch)),
         "log_hint": _log_hint(launch.get("log_path") or (plan.get("record") or {}).get("log_path")),
         "ready_record": launch.get("record") if launched else None,
+        # the last check makes the proven server the host's last proven-good launch (what a
+        # rollback restores), once it held: not in a --check run, not after a refusal
+        "promote_due": (not refused and not check and not _d(data, "error") and (launched or not launch)
+                        and _ran(_d(data, "ready")) and bool(_d(data, "ready").get("ready"))),
         # the settle window guards the seconds after a fresh ready line; for a server this run
         # did not launch, the final check holds what is left of it (restart_outcome)
         "settle": float(data.get("ready_settle") or 0) if replace else 0.0,
