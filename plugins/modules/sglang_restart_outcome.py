@@ -15,8 +15,12 @@ description:
     instance with M(llmops.sglang.sglang_ready) (its launch record as it is now - process, port owner,
     C(/server_info), health), holding the server until O(hold) seconds have passed since its ready line, and gives
     the operation lock back with M(llmops.sglang.sglang_lock) when O(release_lock) asks.
+  - When the state machine says so (a server of this run, ready and proven; not in check mode, not after a
+    refusal, never in the O(final) call), the re-check call that holds the server to the end of O(hold) also makes
+    it the instance's last proven-good launch (M(llmops.sglang.sglang_ready)'s C(promote)), what a later rollback
+    restores. A server that dies inside the hold is never promoted.
   - On the controller it feeds that check and the restart's step results (O(data)) to the restart's state machine
-    (the C(llmops.sglang.restart_outcome) filter) and sets the fact C(sglang_restart_result) - C(state), C(head),
+    (C(plugins/module_utils/_restart/_restart_outcome.py), also the C(llmops.sglang.restart_outcome) filter) and sets the fact C(sglang_restart_result) - C(state), C(head),
     C(summary), C(cause), C(failed), C(rollback_due) and the steps' results.
   - Prints the summary (one plain line each, for a human stdout callback; in RV(msg) for any other), unless a
     rollback is due - then the call after the rollback (O(final)) prints it. Never fails - the role's last task
