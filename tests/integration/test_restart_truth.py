@@ -129,6 +129,9 @@ GRABBER = r'''
 import socket, sys, time
 port = int(sys.argv[1])
 s = socket.socket()
+# as servers do (and the new launch does): the old server's closed connections in TIME_WAIT
+# would refuse a plain bind for a minute, and the new server would always win the port
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 while True:
     try:
         s.bind(("127.0.0.1", port))

@@ -275,6 +275,12 @@ def test_a_port_taken_during_the_teardowns_check_is_rolled_back_or_said_down():
     assert out["state"] == "down"
     assert out["head"] == "DOWN (no server: the old server is stopped; port 30000 was taken during the teardown's check)"
     assert "partly stopped" not in "\n".join(out["summary"])
+    # the rollback ran and was refused (the port is still someone else's): still said in those words
+    refused = {"changed": False, "failed": True, "reason": "port_busy", "msg": "port 30000 is held by pid 77 [foreign]"}
+    out = run(rollback={"launch": refused, "ready": {"skipped": True}}, **data)
+    assert out["head"] == ("DOWN (no server: the old server is stopped; port 30000 was taken during the teardown's "
+                           "check, and the rollback failed too)")
+    assert "rollback: FAILED (port_busy: port 30000 is held by pid 77 [foreign])" in out["summary"]
 
 
 def test_a_failure_its_task_reported_instead_of_failing_on_is_a_failure():

@@ -407,6 +407,11 @@ def _failed_step(data: Mapping[str, Any], reason: str) -> str:
     return "Check the instance once more"
 
 
+def _ports_after(td: Mapping[str, Any]) -> str:
+    """The ports the teardown found taken after the old server was gone."""
+    return ", ".join(str(p.get("port")) for p in td.get("ports_after") or [] if isinstance(p, Mapping)) or "?"
+
+
 def _state(data: Mapping[str, Any]) -> Tuple[str, str]:
     """(state, head): where the host stands, as the first line says it."""
     dec = restart_decide(data)
@@ -422,6 +427,9 @@ def _state(data: Mapping[str, Any]) -> Tuple[str, str]:
             return "rolled_back", "serving OLD config (rolled back)"
         if rb["rolled_back"]:
             return "down", "DOWN (no server: the rolled-back server died after it was ready)"
+        if _failed(td) and td.get("reason") == "port_still_held":
+            return "down", ("DOWN (no server: the old server is stopped; port %s was taken during the teardown's "
+                            "check, and the rollback failed too)" % _ports_after(td))
         return "down", "DOWN (no server: the rollback failed too)"
     signalled = _ran(td) and bool(td.get("killed") or td.get("signals"))
     if _failed(td) and not _teardown_fully_stopped(td) and signalled:
@@ -434,9 +442,8 @@ def _state(data: Mapping[str, Any]) -> Tuple[str, str]:
             return "refused", "FAILED, nothing was stopped: serving OLD config (untouched)"
         return "refused", "FAILED, nothing was stopped: no server serves"
     if dec["replace"] and _teardown_fully_stopped(td) and _failed(td):
-        ports = ", ".join(str(p.get("port")) for p in td.get("ports_after") or [] if isinstance(p, Mapping))
         return "down", ("DOWN (no server: the old server is stopped; port %s was taken during the teardown's "
-                        "check)" % ports if td.get("reason") == "port_still_held"
+                        "check)" % _ports_after(td) if td.get("reason") == "port_still_held"
                         else "DOWN (no server: the old server is stopped; %s)" % td.get("reason"))
     ready = _d(data, "ready")
     if dec["teardown_alone"] and _ran(td) and not _failed(td) and not launch:
