@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Dict, List, Mapping
 
-from ansible_collections.llmops.sglang.plugins.filter.restart_summary import host_state
+from ansible_collections.llmops.sglang.plugins.filter.restart_summary import outcome_of
 
 # One colour per startup phase family, in the order SGLang goes through them.
 _PHASE_COLOURS = (
@@ -28,24 +28,55 @@ def _d(data: Mapping[str, Any], key: str) -> Dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+# The row's colour: serving what was asked (ok), serving but the restart failed - rolled back, or
+# refused with the old server untouched (warn), not serving (bad).
+_STATUS = {"replaced": "ok", "unchanged": "ok", "adopted": "ok", "check": "ok",
+           "rolled_back": "warn", "refused": "warn", "partly_stopped": "bad", "down": "bad"}
+
+
+def _seconds(value: Any) -> float:
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def restart_report_row(data: Mapping[str, Any]) -> Dict[str, Any]:
-    """One host of the report, from the same step results restart_summary takes."""
-    plan, td, launch, ready = (_d(data, k) for k in ("plan", "teardown", "launch", "ready"))
-    td_s = sum(float(v) for v in (td.get("timings") or {}).values()) if td.get("timings") else 0.0
-    restarted = bool(launch.get("changed"))
+    """One host of the report, from the restart's result (sglang_restart_result) or older step
+    results (the same ones restart_summary takes)."""
+    out = outcome_of(data)
+    plan, td, launch, ready = (_d(out, k) for k in ("plan", "teardown", "launch", "ready"))
+    rollback = _d(out, "rollback")
+    state = str(out.get("state") or "down")
+    serving = not (state in ("down", "partly_stopped") or (state == "refused" and "no server" in out["head"]))
+    td_s = sum(_seconds(v) for v in (td.get("timings") or {}).values())
+    launched = bool(launch.get("changed"))
+    downtime = None  # seconds without a server, while the restart ran; None while the host is down
+    if state == "replaced":
+        downtime = td_s + _seconds(ready.get("since_launch"))
+    elif state == "rolled_back":  # the failed start, then the old configuration's start
+        downtime = td_s + _seconds(ready.get("since_launch")) + _seconds(rollback.get("since_launch"))
+    changes = [str(c.get("key")) for c in plan.get("changes") or [] if isinstance(c, Mapping) and c.get("key")]
     return {
-        "host": data.get("host", "?"),
-        "name": data.get("name", "?"),
-        "state": host_state(data),
-        "ok": not data.get("failed_task") or bool(_d(data, "rollback").get("rolled_back")),
+        "host": out.get("host") or data.get("host", "?"),
+        "name": out.get("name") or data.get("name", "?"),
+        "state": out["head"],
+        "status": _STATUS.get(state, "bad"),
+        "ok": state in ("replaced", "unchanged", "adopted", "check"),
         "old_pid": (plan.get("record") or {}).get("pid"),
-        "new_pid": launch.get("pid") if restarted else None,
-        # teardown + start-up of the new server; None while the host is down (downtime still running)
-        "downtime_s": round(td_s + float(ready.get("since_launch") or 0), 2) if restarted and ready.get("ready") else None,
-        "timeline": [{"phase": str(s.get("phase")), "seconds": float(s.get("seconds") or 0)}
+        "new_pid": launch.get("pid") if launched else None,
+        # the server that serves now: the new one, the rollback's, or the untouched old one
+        "serving_pid": (out.get("serving_pid") or (rollback.get("pid") if state == "rolled_back" else None)
+                        or (launch.get("pid") if state == "replaced" else None)) if serving else None,
+        "downtime_s": round(downtime, 2) if downtime is not None else None,
+        "down": not serving,
+        "changes": ", ".join(changes) or plan.get("reason") or "-",
+        "at": out.get("at") or data.get("at") or "",
+        "timeline": [{"phase": str(s.get("phase")), "seconds": _seconds(s.get("seconds"))}
                      for s in ready.get("timeline") or []],
-        "verified": data.get("verified") or "not run",
-        "reason": ready.get("reason") or plan.get("reason") or "",
+        "verified": out.get("verified") or "not run",
+        "reason": out.get("reason") or ready.get("reason") or plan.get("reason") or "",
+        "cause": out.get("cause") or "",
         "decisive_lines": list(ready.get("decisive_lines") or [])[:40],
         "log_path": ready.get("log_path") or launch.get("log_path") or "",
     }

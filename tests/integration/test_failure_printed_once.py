@@ -68,8 +68,13 @@ def test_a_preflight_error_is_printed_once(tmp_path, case):
     assert run.returncode != 0, out[-4000:]
     flat = _flat(out)
     # where the failure is: before anything was stopped, and nothing was launched
-    assert "FAILED, nothing was stopped" in flat, out[-4000:]
+    assert "FAILED, nothing was stopped: no server serves" in flat, out[-4000:]
     assert "Launch the new server" not in out
     assert _http.request("127.0.0.1", extra["sglang_port"], "/health", timeout=2).status is None
     count = flat.count(decisive)
     assert count == 1, "the decisive message %r is printed %d times:\n%s" % (decisive, count, out)
+    # the restart's failure in at most 60 lines (the report's own tasks apart), no module result
+    # dumped (that takes -v)
+    restart = [line for line in out.split("TASK [llmops.sglang.sglang_report :", 1)[0].splitlines()]
+    assert len(restart) <= 60, "%d lines:\n%s" % (len(restart), out)
+    assert "preflight:" not in out and "checks:" not in out, out

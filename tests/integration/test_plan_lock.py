@@ -5,7 +5,6 @@ gives it; the playbook test checks the restart runs no lock or prewarm task and 
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Dict
 
 from helpers import play_runs
@@ -115,14 +114,13 @@ def test_a_restart_runs_no_lock_or_prewarm_task_and_leaves_no_lock(tmp_path):
             run = play_runs.play(inv, "restart_extraction.yml", "-e", "sglang_extraction_mem_fraction_static=" + fraction)
             out = run.stdout + run.stderr
             assert run.returncode == 0, out[-4000:]
-            assert "lock: held by this run" in out, out[-3000:]
+            assert "lock: taken (%s); released" % lock_file in out, out[-3000:]
             assert not os.path.exists(lock_file)
-            # the lock is the plan's and the ready call's: no task of its own runs
+            # the lock is the plan's and the ready call's: no task of its own runs (a skipped
+            # task says nothing: ansible.cfg's display_skipped_hosts)
             assert "TASK [llmops.sglang.sglang_restart : Take the operation lock" not in out
-            release = re.search(r"TASK \[llmops\.sglang\.sglang_restart : Release the operation lock[^\n]*\n(\w+)", out)
-            assert release and release.group(1) == "skipping", out[-3000:]
+            assert "Release the operation lock" not in out, out[-3000:]
             # the plan warmed (the demo model has no weight files: said, no failure); no prewarm module task
-            warm = re.search(r"TASK \[llmops\.sglang\.sglang_restart : Warm the new weights[^\n]*\n(\w+)", out)
-            assert warm and warm.group(1) == "skipping", out[-3000:]
+            assert "TASK [llmops.sglang.sglang_restart : Warm the new weights" not in out, out[-3000:]
     finally:
         play_runs.teardown(inv)

@@ -39,11 +39,12 @@ def _record(extra: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _first_summary_line(out: str) -> str:
-    """The first line of the summary debug task: '<name> on localhost: <state>'."""
-    marker = "on localhost: "
-    lines = [line for line in out.splitlines() if marker in line and "restart of" not in line]
+    """The summary's first line (the last printed: after a rollback), '<name> on localhost: <state>'."""
+    marker = " on localhost: "
+    lines = [line for line in out.splitlines() if marker in line and not line.startswith(("TASK", "fatal", "["))
+             and "restart of" not in line]
     assert lines, out[-4000:]
-    return lines[0].split(marker, 1)[1].strip().rstrip("'\",")
+    return lines[-1].split(marker, 1)[1].strip().rstrip("'\",")
 
 
 def _teardown(extra: Dict[str, Any], tmp_path) -> None:
@@ -63,7 +64,7 @@ def test_crash_of_the_new_config_rolls_back_to_the_old_one(tmp_path):
         out = second.stdout + second.stderr
         assert second.returncode != 0, out[-4000:]  # the host still fails: the roll stops
         assert _first_summary_line(out) == "serving OLD config (rolled back)", out[-4000:]
-        assert "serves the previous configuration" in out
+        assert "': serving OLD config (rolled back)" in out  # the host's failure says where it stands
         now = _record(extra)
         assert now["pid"] != old["pid"]
         assert _procs.is_alive(now["pid"], now.get("start_time"))
@@ -100,6 +101,8 @@ def test_a_failed_first_launch_has_nothing_to_roll_back_to(tmp_path):
         out = run.stdout + run.stderr
         assert run.returncode != 0, out[-4000:]
         assert _first_summary_line(out) == "DOWN (no server)", out[-4000:]
-        assert "rollback:" not in out
+        # no rollback ran, and the summary says why
+        assert "rollback: none (no launch of this instance was ever proven good: nothing to roll back to)" in out
+        assert "Roll back to the last proven-good configuration" not in out or "included:" not in out
     finally:
         _teardown(extra, tmp_path)

@@ -62,16 +62,18 @@ def _record(names: Dict[str, str]) -> Dict[str, Any]:
 
 
 def _summary(out: str, name: str) -> str:
-    """The summary block of the failed restart, YAML's wrapping undone."""
-    start = out.rindex("TASK [llmops.sglang.sglang_restart : Summarise the restart of the instance]")
-    return " ".join(line.strip() for line in out[start:].split("\n\n", 1)[0].splitlines()[1:])
+    """The summary block of the failed restart (the last one printed: after the rollback), one
+    plain line each, joined."""
+    lines = out.splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith("%s on localhost: " % name))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith(("ok: [", "changed: [", "fatal: [")))
+    return " ".join(line.strip() for line in lines[start:end])
 
 
 def _first_summary_line(out: str, name: str) -> str:
-    text = _summary(out, name)
-    head = "'%s on localhost: " % name
-    assert head in text, text
-    return text.split(head, 1)[1].split("' - '", 1)[0]
+    head = [line for line in out.splitlines() if line.startswith("%s on localhost: " % name)]
+    assert head, out[-4000:]
+    return head[-1].split(" on localhost: ", 1)[1].strip()
 
 
 def _assert_old_config_back(old: Dict[str, Any], names: Dict[str, str], port: int) -> Dict[str, Any]:
@@ -117,8 +119,8 @@ def test_new_config_never_ready_rolls_back_to_the_old_one(tmp_path):
         summary = _summary(out, names["name"])
         assert "failed at: Wait until the server is ready" in summary, summary
         assert "ready: NO (" in summary, summary  # the new configuration's verdict, kept
-        assert "rollback: old config relaunched, pid %d" % _record(names)["pid"] in summary, summary
-        assert "serves the previous configuration" in out
+        assert "rollback: last proven-good config relaunched, pid %d" % _record(names)["pid"] in summary, summary
+        assert "': serving OLD config (rolled back)" in out  # the host's failure says where it stands
         now = _assert_old_config_back(old, names, extra["sglang_port"])
         assert "SGLANG_EMULATOR_FAULT" not in now["fingerprint_inputs"]["env"]
         assert "SGLANG_EMULATOR_FAULT" not in psutil.Process(now["pid"]).environ()
@@ -145,7 +147,7 @@ def test_new_config_failing_the_dump_proof_rolls_back_to_the_old_one(tmp_path):
         # the new server was ready: its proof of work failed it (the summary names the new launch's, not the rollback's)
         assert "ready: yes (its log, port owner, configuration and health), but the proof of work failed" in summary, summary
         assert "verify: FAILED: the server is ready and answered POST /generate, but no new file appeared" in summary, summary
-        assert "rollback: old config relaunched, pid %d" % _record(names)["pid"] in summary, summary
+        assert "rollback: last proven-good config relaunched, pid %d" % _record(names)["pid"] in summary, summary
         now = _assert_old_config_back(old, names, extra["sglang_port"])
         assert now["fingerprint_inputs"]["env"]["SGLANG_HS_DUMP_DIR"] == names["dump_dir"]
         # the old configuration extracts again: one generation, one new dump where it belongs

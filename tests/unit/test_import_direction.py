@@ -39,6 +39,7 @@ RANKS: Dict[str, int] = {
     "_fleet": 3,
     "_launch": 4,
     "_probe": 4,
+    "_restart": 5,    # the restart's state machine over every engine's results (controller side)
 }
 
 # What each top-level plugins/ directory (not module_utils) may import from plugins/.

@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.sglang contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin sglang_restart_outcome: where the host stands at the end of a restart, checked
+right before it is said.
+
+The restart role's last step. On the host it runs sglang_ready against the instance's launch
+record as it is now (a re-check: process, port owner, /server_info, health), holding the server
+until `hold` seconds have passed since its ready line (a server that dies 2.5 s after it said
+it was ready is not reported serving) and, once held, making it the host's last proven-good
+launch (sglang_ready's promote), then gives the operation lock back when the readiness wait did
+not. On the controller it feeds that check and the steps' results to the restart's
+state machine (plugins/module_utils/_restart/_restart_outcome.py) and returns sglang_restart_result as a fact.
+The summary is printed here, right after the check, unless a rollback is due (then the second
+call, after the rollback, prints it). It never fails: the role's last task does, with a short
+message, so the cause is printed once, in the summary.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Dict, Mapping, Optional
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import (restart_decide,
+                                                                                         restart_outcome,
+                                                                                         restart_rollback)
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _operation_lock as L
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
+
+READY_MODULE = "llmops.sglang.sglang_ready"
+HOLD_CALLS = 3  # a re-check, at most two top-ups of the hold
+
+display = Display()
+
+
+def ready_age(res: Mapping[str, Any]) -> Optional[float]:
+    """Seconds since the server's ready line, from a readiness result (None when unknown)."""
+    since, start = res.get("since_launch"), res.get("start_seconds")
+    if not isinstance(since, (int, float)) or not isinstance(start, (int, float)):
+        return None
+    return max(0.0, float(since) - float(start))
+
+
+def hold_left(hold: float, age: Optional[float]) -> float:
+    """What is left of `hold` for a server whose ready line is `age` seconds old."""
+    if hold <= 0 or age is None:
+        return 0.0
+    return max(0.0, hold - age)
+
+
+def check(execute: Callable[[Dict[str, Any]], Dict[str, Any]], args: Mapping[str, Any], hold: float,
+          ready: Mapping[str, Any], promote: bool = False) -> Dict[str, Any]:
+    """The instance re-checked now, held until `hold` s after its ready line. `ready` (the
+    readiness wait's result) estimates what is left of the hold before the first call.
+
+    With `promote`, the server becomes the host's last proven-good launch (sglang_ready's
+    `promote`) only in a call that holds it to the end of the hold: one whose settle window was
+    counted from a known age of its ready line (a call returns ready only when the server
+    lived through its window). A server that dies inside the hold is never promoted."""
+    age = ready_age(ready) if ready.get("ready") else None
+    settle = hold_left(hold, age)
+    res: Dict[str, Any] = {}
+    promoted = False
+    for _ in range(HOLD_CALLS):
+        ask = promote and age is not None
+        res = execute(dict(args, settle=round(settle, 2), **({"promote": True} if ask else {})))
+        promoted = promoted or (ask and bool(res.get("ready")))
+        age = ready_age(res)
+        if age is not None:
+            res["held_since_ready"] = round(age, 1)
+        settle = hold_left(hold, age)
+        if not res.get("ready") or settle < 0.2:
+            break
+    if promote and res.get("ready") and not promoted and age is not None:
+        # held, but no call could be asked to promote it (its age was unknown before): once more
+        again = execute(dict(args, settle=0.0, promote=True))
+        res = dict(again, held_since_ready=res.get("held_since_ready")) if again.get("ready") else again
+    return res
+
+
+class ActionModule(ActionBase):
+    """Re-checks the instance, releases the lock, tells where the host stands."""
+
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = False
+    _VALID_ARGS = frozenset(("data", "check", "hold", "release_lock", "final", "previous"))
+
+    def _run_module(self, name: str, args: Dict[str, Any], task_vars: Dict[str, Any]) -> Dict[str, Any]:
+        return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        args = self._task.args
+        data = dict(args.get("data") or {})
+        previous = args.get("previous")
+        if args.get("final") and isinstance(previous, Mapping) and isinstance(previous.get("steps"), Mapping):
+            data.update(previous["steps"])  # the rollback's tasks registered under the steps' names since
+        try:
+            spec = args.get("check")
+            if isinstance(spec, Mapping) and spec.get("name"):
+                # the restart's server becomes the last proven-good launch (what a later rollback
+                # restores) only here, once it held past the hold; never the rollback's (final)
+                promote = restart_decide(data)["promote_due"] and not args.get("final")
+                live = check(lambda a: self._run_module(READY_MODULE, a, task_vars),
+                             {k: v for k, v in spec.items() if v is not None}, float(args.get("hold") or 0),
+                             data.get("ready") or {}, promote)
+                data["live"] = {k: v for k, v in live.items() if k not in ("log_tail", "log_events")}
+            due = restart_rollback(data)["due"] and not args.get("final")
+            lock = args.get("release_lock")
+            if isinstance(lock, Mapping) and lock.get("name") and not due:
+                released = self._run_module(L.LOCK_MODULE, {
+                    "name": lock["name"], "state_dir": lock.get("state_dir"), "state": "absent",
+                    "holder": L.holder(task_vars)}, task_vars)
+                data["lock_released"] = bool(released.get("changed")) and not released.get("failed")
+                if released.get("failed"):
+                    display.warning("the operation lock was not released: %s" % released.get("msg"))
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        out = restart_outcome(data)
+        out["rollback_due"] = due
+        out["at"] = time.strftime("%Y-%m-%d %H:%M:%S")  # when it was checked (the controller's clock)
+        self._verbose_always = False
+        if not due:
+            self._show(out["summary"])
+        if self._verbose_always:
+            result["_ansible_verbose_always"] = True
+        result.update(changed=False, msg=out["summary"],
+                      ansible_facts={"sglang_restart_result": out, "sglang_restart_failed": bool(out["failed"]),
+                                     "sglang_restart_teardown": out["teardown"]})
+        return result
+
+    def _show(self, lines) -> None:
+        """The summary, one plain line each, for people; a machine callback reads `msg`."""
+        if P.progress_wanted(P.stdout_callback_name(), os.environ):
+            for line in lines:
+                display.display(line)
+            return
+        self._verbose_always = True

@@ -1,0 +1,50 @@
+"""The restart's decisions live in its state machine, not in Jinja: every `when:` of the restart
+role and of its two playbooks has at most 3 conditions (a list item or an `and`/`or` operand
+each), and the role's step tasks read one decision of the state machine."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from typing import Any, Iterator, List, Tuple
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FILES = sorted(glob.glob(os.path.join(ROOT, "roles", "sglang_restart", "tasks", "*.yml"))) + [
+    os.path.join(ROOT, "playbooks", name) for name in ("restart_extraction.yml", "restart_serving.yml")]
+
+
+def _whens(node: Any, where: str) -> Iterator[Tuple[str, Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "when":
+                yield "%s: %s" % (where, node.get("name", "?")), value
+            else:
+                yield from _whens(value, where)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _whens(item, where)
+
+
+def _conditions(when: Any) -> int:
+    items: List[str] = [str(w) for w in when] if isinstance(when, list) else [str(when)]
+    return sum(1 + len(re.findall(r"\b(?:and|or)\b", re.sub(r"'[^']*'|\"[^\"]*\"", "", w))) for w in items)
+
+
+def test_no_when_has_more_than_three_conditions():
+    too_many = []
+    for path in FILES:
+        with open(path) as fh:
+            for where, when in _whens(yaml.safe_load(fh), os.path.relpath(path, ROOT)):
+                if _conditions(when) > 3:
+                    too_many.append("%s: %r" % (where, when))
+    assert not too_many, "\n".join(too_many)
+
+
+def test_the_steps_read_the_state_machines_decisions():
+    with open(os.path.join(ROOT, "roles", "sglang_restart", "tasks", "main.yml")) as fh:
+        text = fh.read()
+    for decision in ("prewarm_here", "teardown_alone", "launch_due", "ready_due"):
+        assert "when: __sglang_restart_decision.%s\n" % decision in text, decision
+    assert text.count("when: sglang_restart_result.rollback_due | default(false)\n") == 2
