@@ -21,7 +21,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from helpers.fixtures import (TEST_MARKER, TEST_RUN_ID, free_port, marked_pids, remove_instance_cgroup, run_module,
-                             unique_name, wait_for)
+                              unique_name, wait_for)
 
 SLOW = unique_name("slow")  # its own instance name: cgroups and teardowns go by name
 EARLY = unique_name("early")  # its own instance name: cgroups and teardowns go by name

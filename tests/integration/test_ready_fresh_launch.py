@@ -11,7 +11,7 @@ from helpers.fixtures import wait_for
 
 
 def test_a_launch_bound_before_the_first_poll_is_a_start_and_is_remembered(spawn, emulator_python, state_dir,
-                                                                          log_dir):
+                                                                           log_dir):
     log = os.path.join(log_dir, "f.log")
     _proc, record = ready_launch.launch(spawn, emulator_python, state_dir, log, name="f",
                                         env={"SGLANG_EMULATOR_SHARDS": "1"})

@@ -31,7 +31,7 @@ def _held_by(port: int, pid: int) -> bool:
 
 
 def test_a_port_squatted_after_the_teardown_leaves_the_instance_down(emulator_python, model_dir, tmp_path,
-                                                                      throwaway_user):
+                                                                     throwaway_user):
     name = "squat-%s" % uuid.uuid4().hex[:8]
     port = free_port()
     state = str(tmp_path / "state")

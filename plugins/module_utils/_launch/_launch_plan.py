@@ -115,8 +115,8 @@ def _running(f: Facts, record: Mapping[str, Any], others: Tuple[Holder, ...], co
         tries = f.probe.get("attempts") or 1
         within = "within %s s" % _num(f.probe.get("timeout"))
         if tries > 1:  # retried: a stall of one request is no unresponsive server
-            within = "in %d attempts of %s s each (%s s in all)" % (tries, _num(f.probe.get("timeout")),
-                                                                  _num(round(float(f.probe.get("seconds") or 0), 1)))
+            within = "in %d attempts of %s s each (%s s in all)" % (
+                tries, _num(f.probe.get("timeout")), _num(round(float(f.probe.get("seconds") or 0), 1)))
         msg = ("instance %r (pid %s%s) runs the requested configuration but did not answer %s %s: "
                "it must be replaced" % (f.name, pid, stopped, f.probe.get("endpoint"), within))
         return _replace(f, "unresponsive", msg, msg + _STOP_FIRST, blockers, current=record, probe=f.probe, **common)
