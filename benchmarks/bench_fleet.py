@@ -114,7 +114,7 @@ def host_vars(n: int, base: str) -> Dict[str, Dict[str, Any]]:
 
 def inventory(n: int) -> str:
     base = C.mkdir("fleet", "n%d" % n)
-    wrapper, _ = meter(base)
+    wrapper = meter(base)[0]
     lines = ["---", "all:", "  children:", "    bench_fleet:", "      hosts:"]
     for h, hv in host_vars(n, base).items():
         lines.append("        %s:" % h)

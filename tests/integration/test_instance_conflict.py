@@ -4,7 +4,6 @@ keeps serving with its record intact."""
 from __future__ import annotations
 
 import json
-import os
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record

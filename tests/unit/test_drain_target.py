@@ -25,11 +25,14 @@ class World:
         self.asked: List[str] = []
         monkeypatch.setattr(_ports, "listeners", self.listeners)
         monkeypatch.setattr(_ports, "sockets_of", self.sockets_of)
-        monkeypatch.setattr(_procs, "start_time_of", lambda pid: self.holders.get(pid))
+        monkeypatch.setattr(_procs, "start_time_of", self.start_time_of)  # reads self.holders at call time
         monkeypatch.setattr(_procs, "read_proc", lambda pid: None)
         monkeypatch.setattr(_discovery, "find_servers", lambda table, with_ports=True: [])
         monkeypatch.setattr(_discovery, "credential_refusal", lambda servers, socks, user, ids: self.refusal)
         monkeypatch.setattr(_http, "request", self.request)
+
+    def start_time_of(self, pid: int) -> Any:
+        return self.holders.get(pid)
 
     def listeners(self, ports: Any = None) -> List[_ports.Listener]:
         self.scans += 1
@@ -46,7 +49,7 @@ class World:
 def test_proves_once_then_rechecks_the_holders_only(monkeypatch):
     world = World(monkeypatch)
     target = _drain_target.Target("127.0.0.1", PORT, "root", "k", 2)
-    for _ in range(3):
+    for _round in range(3):
         assert target.fetch("/get_load").status == 200
     assert world.scans == 1 and world.asked == ["/get_load"] * 3
     world.holders = {200: 9.0}  # another process holds the port now: proven again, and refused

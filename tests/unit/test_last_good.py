@@ -11,7 +11,6 @@ from typing import Any, Dict, Optional
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
-from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import MASK
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _last_good
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_restore

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_plan
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_restore
