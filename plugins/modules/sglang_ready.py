@@ -283,7 +283,7 @@ attributes:
     description:
       - Observes the same way in check mode and writes nothing (no remembered start, no promotion).
       - Outside check mode it changes nothing on the server; its own bookkeeping in the state dir
-        (the remembered start, O(promote)) leaves RV(changed) false.
+        (the remembered start, O(promote)) leaves C(changed) false.
   diff_mode:
     support: none
     description: Nothing changes, so there is nothing to diff.
