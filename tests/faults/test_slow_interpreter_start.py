@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 
@@ -39,7 +40,7 @@ def _slow_python(tmp_path, target: str, seconds: float) -> str:
     path = bin_dir / "python"
     delay = "import os, sys, time; time.sleep(%s); os.execv(sys.argv[1], sys.argv[1:])" % seconds
     path.write_text('#!/bin/sh\n[ -n "$LLMOPS_SGLANG_LAUNCH_ID" ] && exec %s -S -c "%s" %s "$@"\nexec %s "$@"\n'
-                    % (target, delay, target, target))
+                    % (shlex.quote(target), delay, shlex.quote(target), shlex.quote(target)))  # a path may hold a space
     path.chmod(0o755)
     return str(path)
 
