@@ -17,8 +17,10 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 # the slow tests of every run.
 TEST_WORKERS ?= 4
 SUITE := $(PYTEST) -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
-# `$(call timed,NAME,COMMAND)`: COMMAND, then `== NAME: N s` (the per-suite times of docs/development.md)
-timed = echo "== $(1): $(2)"; start=$$(date +%s); $(2); echo "== $(1): $$(( $$(date +%s) - start )) s"
+# `$(call timed,NAME,COMMAND)`: COMMAND, then `== NAME: N s` (the per-suite times of docs/development.md),
+# printed for a failed COMMAND too (its exit status kept)
+timed = echo "== $(1): $(2)"; start=$$(date +%s); rc=0; $(2) || rc=$$?; \
+        echo "== $(1): $$(( $$(date +%s) - start )) s$$( [ $$rc -eq 0 ] || echo ", failed (exit status $$rc)")"; exit $$rc
 # ansible.cfg's collections_path = ./collections: this link makes the checkout itself the
 # collection llmops.sglang for ad hoc use and the tests. Made here, never committed (gitignored).
 COLLECTION_LINK := collections/ansible_collections/llmops/sglang

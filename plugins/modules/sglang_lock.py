@@ -209,6 +209,18 @@ def _run(module: AnsibleModule) -> dict:
     return _present(module, state_dir) if p["state"] == "present" else _absent(module, state_dir)
 
 
+def _body(module: AnsibleModule) -> dict:
+    """_run, its failures in the lock's words (lock_path, the holder's line; an OSError names
+    the state dir, reason lock_failed); _exit.run ends the module, redacted like every module."""
+    try:
+        return _run(module)
+    except SglangError as exc:
+        raise SglangError(exc.msg, **_lock.failure_details(exc.details)) from exc
+    except OSError as exc:
+        where = exc.filename or module.params["state_dir"] or _record.default_state_dir()
+        raise SglangError("sglang_lock: %s: %s" % (where, exc.strerror or exc), reason="lock_failed") from exc
+
+
 def main() -> None:
     _exit.started()
     module = AnsibleModule(
@@ -225,19 +237,7 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    try:
-        result = _run(module)
-    except SglangError as exc:
-        details = _lock.failure_details(exc.details)
-        details.setdefault("reason", "error")
-        _exit.ending(module)
-        module.fail_json(msg=exc.msg, **details)
-    except OSError as exc:
-        where = exc.filename or module.params["state_dir"] or _record.default_state_dir()
-        _exit.ending(module)
-        module.fail_json(msg="sglang_lock: %s: %s" % (where, exc.strerror or exc), reason="lock_failed")
-    _exit.ending(module)
-    module.exit_json(**result)
+    _exit.run(module, _body, "sglang_lock")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ description:
     absent. Runs where the report goes - the role delegates it to the controller.
   - The directory is walked from C(/) one component at a time, each opened without following a
     symbolic link, relative to the one above it. A link anywhere on the way (at O(dir) itself
-    above all) is refused with RV(reason=unsafe_dir), never followed; so is a directory owned by
+    above all) is refused with C(reason=unsafe_dir), never followed; so is a directory owned by
     another user than root or the module's user, or writable by group or others (above O(dir),
     a root-owned sticky directory such as C(/tmp) is fine). Missing directories are created with
     mode C(0755) relative to the checked parent and judged like existing ones; the mode of an
@@ -55,7 +55,7 @@ attributes:
     support: full
     description: The names of the files that change (not their content).
 notes:
-  - Failures carry RV(reason) - V(unsafe_dir) (a link, another user's or a group/other-writable
+  - Failures carry C(reason) - V(unsafe_dir) (a link, another user's or a group/other-writable
     directory on the way), V(io_error), V(invalid_argument) (a file name that is not plain).
 seealso:
   - module: llmops.sglang.sglang_ready

@@ -11,7 +11,9 @@ from typing import Iterator
 import pytest
 
 from helpers import tmpfs
-from helpers.fixtures import TEST_RUN_ID, free_port, run_module
+from helpers.fixtures import TEST_RUN_ID, free_port, run_module, unique_name
+
+NOSPACE = unique_name("nospace")  # its own instance name: cgroups and teardowns go by name
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}
@@ -26,7 +28,7 @@ def mounts() -> Iterator[list]:
 
 
 def _args(emulator_python: str, model_dir: str, state_dir: str, log_dir: str, **extra):
-    args = {"name": "nospace", "venv": os.path.dirname(os.path.dirname(emulator_python)),
+    args = {"name": NOSPACE, "venv": os.path.dirname(os.path.dirname(emulator_python)),
             "model_path": model_dir, "port": free_port(), "state_dir": state_dir, "log_dir": log_dir,
             "gpu_backend": "none", "env": dict(EMU_ENV)}
     args.update(extra)
@@ -47,7 +49,7 @@ def test_full_log_dir_fails_the_plan_and_the_launch(emulator_python, model_dir, 
 
     failed = run_module("sglang_launch", args)
     assert failed["_rc"] != 0 and failed["reason"] == "no_space"
-    assert not os.path.exists(os.path.join(str(tmp_path / "state"), "nospace.json"))
+    assert not os.path.exists(os.path.join(str(tmp_path / "state"), NOSPACE + ".json"))
     assert os.listdir(logs) == ["filler"]
 
     # The floor is a setting: with min_free_mb 0 a full filesystem passes.
@@ -65,7 +67,7 @@ def test_full_state_dir_names_state_dir_and_tmpdir(emulator_python, model_dir, t
     assert plan["_rc"] != 0 and plan["reason"] == "no_space", plan["preflight"]["errors"]
     assert "state_dir %s" % state in plan["msg"]
     # TMPDIR <state_dir>/<name>.tmp does not exist yet: its nearest existing ancestor is measured
-    assert "tmpdir %s/nospace.tmp (measured at %s)" % (state, state) in plan["msg"], plan["msg"]
+    assert "tmpdir %s/%s.tmp (measured at %s)" % (state, NOSPACE, state) in plan["msg"], plan["msg"]
 
 
 def test_log_dir_without_free_inodes_fails_the_plan(emulator_python, model_dir, tmp_path, mounts):

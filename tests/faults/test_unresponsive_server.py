@@ -14,7 +14,9 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _http
-from helpers.fixtures import TEST_RUN_ID, free_port, remove_instance_cgroup, run_module, wait_for
+from helpers.fixtures import TEST_RUN_ID, free_port, remove_instance_cgroup, run_module, unique_name, wait_for
+
+HUNG = unique_name("hung")  # its own instance name: cgroups and teardowns go by name
 
 EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}
 API_KEY = "unresp-key-0c5e19d2"
@@ -36,7 +38,7 @@ def launched() -> Iterator[List[Dict[str, Any]]]:
 
 def test_stopped_server_is_planned_as_unresponsive(emulator_python, model_dir, tmp_path, launched):
     port = free_port()
-    args = {"name": "hung", "venv": os.path.dirname(os.path.dirname(emulator_python)),
+    args = {"name": HUNG, "venv": os.path.dirname(os.path.dirname(emulator_python)),
             "model_path": model_dir, "port": port, "state_dir": str(tmp_path / "state"),
             "log_dir": str(tmp_path / "logs"), "gpu_backend": "none", "env": dict(EMU_ENV),
             "api_key": API_KEY, "probe_timeout": 1}

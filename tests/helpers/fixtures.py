@@ -45,6 +45,14 @@ def emulator_python_path() -> str:
     return path
 
 
+def unique_name(label: str) -> str:
+    """An instance name of its own for a test file: `<label>-<8 hex>`. An instance's cgroup
+    (llmops-sglang.slice/<name>) and a teardown by name reach everything on the host with that
+    name, so a fixed name collides with another worker or another checkout running the same
+    file; the label keeps it readable."""
+    return "%s-%s" % (label, uuid.uuid4().hex[:8])
+
+
 def _ephemeral_low() -> int:
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as fh:

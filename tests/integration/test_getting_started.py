@@ -37,7 +37,7 @@ def test_install_the_tarball_and_run_by_fqcn(tmp_path) -> None:
     venv = os.path.dirname(os.path.dirname(emulator_python_path()))
     # step 5: a playbook by its full name
     play = _run([os.path.join(BIN, "ansible-playbook"), "llmops.sglang.probe", "-i", "hosts.yml",
-                 "-e", "sglang_venv=%s" % venv, "-e", "sglang_state_dir=%s" % (tmp_path / "state"),
+                 "-e", json.dumps({"sglang_venv": venv, "sglang_state_dir": str(tmp_path / "state")}),  # a path may hold a space
                  "-e", "sglang_gpu_backend=none"], str(ops), env)
     assert "ok=" in play.stdout and "failed=0" in play.stdout, play.stdout[-3000:]
     # step 6: the one-line "is this flag/value accepted on that host?"

@@ -12,7 +12,9 @@ import os
 from typing import Any, Dict
 
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
-from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
+from helpers.fixtures import TEST_RUN_ID, free_port, run_module, unique_name, wait_for
+
+REPLACE = unique_name("replace")  # its own instance name: cgroups and teardowns go by name
 
 READY = "The server is fired up and ready to roll!"
 EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}
@@ -20,7 +22,7 @@ EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS
 
 def _args(emulator_python: str, model: str, state_dir: str, log_dir: str, port: int, **extra: Any) -> Dict[str, Any]:
     venv = os.path.dirname(os.path.dirname(emulator_python))
-    args = {"name": "replace", "venv": venv, "model_path": model, "port": port, "state_dir": state_dir,
+    args = {"name": REPLACE, "venv": venv, "model_path": model, "port": port, "state_dir": state_dir,
             "log_dir": log_dir, "gpu_backend": "none", "env": dict(EMU_ENV), "lock_timeout": 10,
             "args": {"mem-fraction-static": 0.8}}
     args.update(extra)
@@ -74,5 +76,5 @@ def test_teardown_option_replaces_the_running_server_in_one_call(emulator_python
     assert new["record"]["launch_id"] != first["record"]["launch_id"]
     assert wait_for(lambda: READY in open(new["log_path"]).read(), 20)
     assert _alive(new)
-    on_disk = json.load(open(os.path.join(state_dir, "replace.json")))
+    on_disk = json.load(open(os.path.join(state_dir, REPLACE + ".json")))
     assert on_disk["launch_id"] == new["record"]["launch_id"] and "0.7" in on_disk["argv"]

@@ -8,7 +8,7 @@ import os
 from typing import Any, Dict
 
 from helpers import play_runs
-from helpers.fixtures import ROOT, run_module
+from helpers.fixtures import ROOT, free_port, run_module
 from helpers.warnings import warnings_of
 from test_ready import launch, log_file, ready  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
@@ -17,6 +17,7 @@ ME = {"host": "ctl.example.org", "user": "ops", "program": "ansible-playbook", "
       "boot_id": "b", "machine_id": "m", "pid_ns": "pid:[1]"}
 OTHER = dict(ME, host="bastion.example.org", user="alice", pid=99)
 MODEL = os.path.join(ROOT, "inventory", "files", "demo-model")
+PORT = free_port()  # the plans of this file (check mode) name one free port, never a fixed one
 
 
 def _holder(ctl: Dict[str, Any]) -> Dict[str, Any]:
@@ -25,7 +26,7 @@ def _holder(ctl: Dict[str, Any]) -> Dict[str, Any]:
 
 def _plan(state_dir: str, emulator_python: str, **kw: Any) -> Dict[str, Any]:
     args: Dict[str, Any] = {"name": "srv", "state_dir": state_dir, "venv": os.path.dirname(os.path.dirname(emulator_python)),
-                            "model_path": MODEL, "port": 18999, "gpu_backend": "none",
+                            "model_path": MODEL, "port": PORT, "gpu_backend": "none",
                             "operation_lock": {"holder": _holder(ME)}}
     args.update(kw)
     return run_module("sglang_launch", args, check_mode=True)

@@ -121,8 +121,8 @@ def test_through_the_ansible_cli(model):
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     proc = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible"), "localhost", "-i", "localhost,",
-                           "-c", "local", "-m", "llmops.sglang.sglang_prewarm", "-a", "model_path=%s" % directory,
-                           "-e", "ansible_python_interpreter=%s" % os.path.join(ROOT, ".venv", "bin", "python")],
+                           "-c", "local", "-m", "llmops.sglang.sglang_prewarm", "-a", json.dumps({"model_path": directory}),
+                           "-e", json.dumps({"ansible_python_interpreter": os.path.join(ROOT, ".venv", "bin", "python")})],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("localhost | CHANGED => "), proc.stdout[-3000:]

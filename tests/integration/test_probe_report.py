@@ -92,8 +92,7 @@ def test_flag_questions_get_yes_or_no_choices_and_did_you_mean(emulator_python, 
 
     adhoc = run_module("sglang_probe", _args(tmp_path, venv=venv, flags="reasoning-parser=qwen3,tp-size"))
     assert adhoc["accepted"] is True and set(adhoc["flag_answers"]) == {"reasoning-parser", "tp-size"}
-    bad = run_module("sglang_probe", _args(tmp_path, venv=venv, flags=5))
-    assert bad.get("failed") and bad["reason"] == "bad_input"
+    # flags that are neither a list nor a string: tests/unit/modules/test_sglang_probe.yaml (in-process)
 
 
 def _fake_install(root, version: str) -> str:

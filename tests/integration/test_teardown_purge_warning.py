@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 
-from helpers.fixtures import run_module
+from helpers.fixtures import run_module, unique_name
 from helpers.warnings import warnings_of
+
+PURGEWARN = unique_name("purgewarn")  # its own instance name: cgroups and teardowns go by name
 
 
 def _args(tmp_path, dump: str) -> dict:
-    return {"name": "purgewarn", "state_dir": str(tmp_path / "state"), "gpus": [], "gpu_backend": "none",
+    return {"name": PURGEWARN, "state_dir": str(tmp_path / "state"), "gpus": [], "gpu_backend": "none",
             "sglang_processes": False, "shm_cleanup": False, "purge_paths": [dump]}
 
 

@@ -9,10 +9,13 @@ from typing import Any, List, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
-from helpers.fixtures import TEST_MARKER, TEST_RUN_ID
+from helpers.fixtures import TEST_MARKER, TEST_RUN_ID, unique_name
+
+# the instance name of this process's launches (one per pytest worker: never another file's)
+NAME = unique_name("sec")
 
 
-def spec(state_dir: str, log_dir: str, argv: List[str], name: str = "sec", **extra: Any) -> _launcher.LaunchSpec:
+def spec(state_dir: str, log_dir: str, argv: List[str], name: str = NAME, **extra: Any) -> _launcher.LaunchSpec:
     return _launcher.LaunchSpec(name=name, state_dir=state_dir, log_dir=log_dir, python=sys.executable,
                                 venv=None, argv=argv, env={TEST_MARKER: TEST_RUN_ID}, keep_logs=2, **extra)
 

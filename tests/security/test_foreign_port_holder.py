@@ -13,7 +13,9 @@ import sys
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
-from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
+from helpers.fixtures import TEST_RUN_ID, free_port, run_module, unique_name, wait_for
+
+FOREIGNPORT = unique_name("foreignport")  # its own instance name: cgroups and teardowns go by name
 
 EMU_ENV = {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}
 
@@ -23,7 +25,7 @@ def _python3() -> str:
 
 
 def _launch_args(emulator_python: str, model_dir: str, tmp_path, port: int, **extra):
-    args = {"name": "foreignport", "venv": os.path.dirname(os.path.dirname(emulator_python)),
+    args = {"name": FOREIGNPORT, "venv": os.path.dirname(os.path.dirname(emulator_python)),
             "model_path": model_dir, "port": port, "state_dir": str(tmp_path / "state"),
             "log_dir": str(tmp_path / "logs"), "gpu_backend": "none", "env": dict(EMU_ENV)}
     args.update(extra)
@@ -59,7 +61,7 @@ def test_plan_refuses_a_foreign_port_holder(emulator_python, model_dir, tmp_path
     # The real launch refuses the same way; nothing is started, nothing stopped.
     failed = run_module("sglang_launch", args)
     assert failed["_rc"] != 0 and failed["reason"] == "port_busy"
-    assert not os.path.exists(os.path.join(args["state_dir"], "foreignport.json"))
+    assert not os.path.exists(os.path.join(args["state_dir"], FOREIGNPORT + ".json"))
     assert holder.poll() is None
 
     # Opting in: the plan goes on (a restart's teardown will stop it), the holder still labelled.

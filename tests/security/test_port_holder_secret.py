@@ -13,7 +13,9 @@ import sys
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _ports
-from helpers.fixtures import TEST_RUN_ID, free_port, run_module, wait_for
+from helpers.fixtures import TEST_RUN_ID, free_port, run_module, unique_name, wait_for
+
+ROTATE = unique_name("rotate")  # its own instance name: cgroups and teardowns go by name
 
 OLD = "old-rotated-key-7d41c9"
 NEW = "new-current-key-2b88e0"
@@ -30,7 +32,7 @@ def _python3() -> str:
 
 
 def _args(emulator_python: str, model_dir: str, tmp_path, port: int, **extra):
-    args = {"name": "rotate", "venv": os.path.dirname(os.path.dirname(emulator_python)),
+    args = {"name": ROTATE, "venv": os.path.dirname(os.path.dirname(emulator_python)),
             "model_path": model_dir, "port": port, "state_dir": str(tmp_path / "state"),
             "log_dir": str(tmp_path / "logs"), "gpu_backend": "none", "env": dict(EMU_ENV),
             "api_key": NEW}

@@ -2,6 +2,7 @@
 and spared one showed as `skipping:` and `r is skipped` was true. The key is `spared`."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -48,7 +49,7 @@ def test_a_spared_process_does_not_make_the_task_skipped(spawn, tmp_path):
     playbook.write_text(PLAY.format(token=token, state=str(tmp_path / "state")))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
     run = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                          "-e", "ansible_python_interpreter=%s" % sys.executable, str(playbook)],
+                          "-e", json.dumps({"ansible_python_interpreter": sys.executable}), str(playbook)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
                          check=False)
     out = run.stdout + run.stderr

@@ -15,7 +15,7 @@ import stat
 
 import pytest
 
-from _launchsec import kill_session, sleeper, spec
+from _launchsec import NAME as SEC, kill_session, sleeper, spec
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _introspect
 from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launcher
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
@@ -54,7 +54,7 @@ def test_state_dir_of_another_user_is_refused_before_root_writes_in_it(throwaway
     throwaway_user.run(["mkdir", "-m", "0777", state])
     victim = _victim(shared_tmp)
     # Predictable temporary names of the old code: <script>.<pid>.tmp, written by this process.
-    for name in ("llmops-sglang-supervisor.py", "sec.json"):
+    for name in ("llmops-sglang-supervisor.py", SEC + ".json"):
         throwaway_user.run(["ln", "-s", victim, os.path.join(state, "%s.%d.tmp" % (name, os.getpid()))])
     launched = None
     try:
@@ -68,7 +68,7 @@ def test_state_dir_of_another_user_is_refused_before_root_writes_in_it(throwaway
     assert state in exc.msg and throwaway_user.name in exc.msg and "0777" in exc.msg, exc.msg
     assert _untouched(victim)
     assert sorted(os.listdir(state)) == sorted("%s.%d.tmp" % (n, os.getpid())
-                                               for n in ("llmops-sglang-supervisor.py", "sec.json"))
+                                               for n in ("llmops-sglang-supervisor.py", SEC + ".json"))
     assert not os.path.exists(str(tmp_path / "logs"))  # refused before anything else was made
 
 
@@ -155,7 +155,7 @@ def test_module_refuses_a_state_dir_another_user_owns(throwaway_user, shared_tmp
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    args = {"name": "sec", "venv": os.path.dirname(os.path.dirname(emulator_python)), "model_path": str(model),
+    args = {"name": SEC, "venv": os.path.dirname(os.path.dirname(emulator_python)), "model_path": str(model),
             "port": free_port(), "state_dir": state, "log_dir": str(tmp_path / "logs"), "gpu_backend": "none",
             "env": {"LLMOPS_SGLANG_TEST_RUN": TEST_RUN_ID, "SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}}
     try:
@@ -176,7 +176,7 @@ def test_plan_refuses_a_state_dir_another_user_owns(throwaway_user, shared_tmp, 
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    args = {"name": "sec", "venv": os.path.dirname(os.path.dirname(emulator_python)), "model_path": str(model),
+    args = {"name": SEC, "venv": os.path.dirname(os.path.dirname(emulator_python)), "model_path": str(model),
             "port": free_port(), "state_dir": state, "log_dir": str(tmp_path / "logs"), "gpu_backend": "none"}
     result = run_module("sglang_launch", args, check_mode=True)
     assert result["_rc"] != 0 and result["reason"] == "unsafe_dir", result

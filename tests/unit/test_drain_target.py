@@ -25,11 +25,14 @@ class World:
         self.asked: List[str] = []
         monkeypatch.setattr(_ports, "listeners", self.listeners)
         monkeypatch.setattr(_ports, "sockets_of", self.sockets_of)
-        monkeypatch.setattr(_procs, "start_time_of", self.holders.get)
+        monkeypatch.setattr(_procs, "start_time_of", self.start_time_of)  # reads self.holders at call time
         monkeypatch.setattr(_procs, "read_proc", lambda pid: None)
         monkeypatch.setattr(_discovery, "find_servers", lambda table, with_ports=True: [])
         monkeypatch.setattr(_discovery, "credential_refusal", lambda servers, socks, user, ids: self.refusal)
         monkeypatch.setattr(_http, "request", self.request)
+
+    def start_time_of(self, pid: int) -> Any:
+        return self.holders.get(pid)
 
     def listeners(self, ports: Any = None) -> List[_ports.Listener]:
         self.scans += 1

@@ -27,6 +27,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._host import _cgroup
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _redact
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _poll
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _containment_systemd as _systemd
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 
@@ -338,9 +339,7 @@ def _remove(record: Dict[str, Any], path: str, deadline: float) -> bool:
     if record.get("containment") != "systemd":
         return _cgroup.remove(path)
     _systemd.release(_systemd.unit_name(record["name"]))
-    while os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(_cgroup.POLL_S)
-    return not os.path.exists(path)
+    return not _poll.until(lambda: os.path.exists(path), lambda there: not there, deadline, _cgroup.POLL_S)
 
 
 def stop(record: Optional[Dict[str, Any]], grace_period: float, deadline: float) -> Dict[str, Any]:

@@ -576,7 +576,7 @@ def _summary(data: Mapping[str, Any], head: str, cause: str, released: bool) -> 
     ran (docs/roles.md, "The summary's contract")."""
     dec = restart_decide(data)
     check = bool(data.get("check_mode"))
-    plan, td, launch, ready = _d(data, "plan"), _teardown(data), _launch(data), _d(data, "ready")
+    td, launch, ready = _teardown(data), _launch(data), _d(data, "ready")
     rb, live = _rollback(data), _live(data)
     lines = ["%s on %s: %s" % (data.get("name", "?"), data.get("host", "?"), head)]
     if cause:

@@ -29,6 +29,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._host import _purge
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _record
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _shm
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _poll
 from ansible_collections.llmops.sglang.plugins.module_utils._teardown._targets import (
     Scope, Selection, Target, World, adoption_refusal, contain, select)
 
@@ -874,26 +875,23 @@ def _raise_on_failure(result: Dict[str, object], opts: Options, signal_errors: L
             **dict(result, reason="gpu_not_released"))
 
 
-def _verify(plan: Plan, opts: Options, pids: Set[int], deadline: float
+def _verify(plan: Plan, opts: Options, pids: Set[int], deadline: float, clock: _poll.Clock = _poll.SYSTEM
             ) -> Tuple[List[Dict[str, object]], Dict[int, Dict[int, Optional[int]]], Optional[_gpus.GpuReport]]:
     """Poll until the ports have no listener and the GPUs list no target, or the deadline."""
     ports_after: List[Dict[str, object]] = []
     # foreign listeners beside the instance's address were never targets: not left by the teardown
     beside = {(f["port"], f["family"], f["address"]) for f in plan.selection.foreign_listeners}
-    while plan.scope.ports:
-        ports_after = [l.to_dict() for l in _ports.scan_listeners(plan.scope.ports, deadline=deadline)[0]
-                       if (l.port, l.family, l.address) not in beside or set(l.pids) & pids]
-        if not ports_after or time.monotonic() >= deadline:
-            break
-        time.sleep(POLL)
+
+    def listening() -> List[Dict[str, object]]:
+        return [l.to_dict() for l in _ports.scan_listeners(plan.scope.ports, deadline=deadline)[0]
+                if (l.port, l.family, l.address) not in beside or set(l.pids) & pids]
+    if plan.scope.ports:
+        ports_after = _poll.until(listening, lambda left: not left, deadline, POLL, clock)
     gpu_left: Dict[int, Dict[int, Optional[int]]] = {}
     report: Optional[_gpus.GpuReport] = None
     if plan.scope.gpus != [] and opts.gpu_backend != "none" and plan.world.gpu_report.backend != "none":
-        while True:
-            gpu_left, report = _gpu_holders(plan, pids, opts.gpu_backend)
-            if not gpu_left or time.monotonic() >= deadline:
-                break
-            time.sleep(GPU_POLL)
+        gpu_left, report = _poll.until(lambda: _gpu_holders(plan, pids, opts.gpu_backend),
+                                       lambda held: not held[0], deadline, GPU_POLL, clock)
     return ports_after, gpu_left, report
 
 

@@ -17,7 +17,9 @@ with test_sglang_teardown.yaml beside it, a list of cases::
       input: {name: ut, grace_period: -1, state_dir: "{tmp}/s"}
       flags: {check: false, diff: false}    # optional
       output: {failed: true, reason: bad_option}   # keys that must equal these values
+      present: [servers]                    # optional: keys the result must have, whatever their value
       has: {msg: ["grace_period"]}          # optional: substrings of (dotted) result keys
+      lacks: ["sk-secret"]                  # optional: texts found nowhere in the result (secrets)
       absent: ["{tmp}/s"]                   # optional: paths that must not exist afterwards
 
 `{tmp}` in any string is the case's own tmp_path. For bad input, check mode and option plumbing:
@@ -38,7 +40,7 @@ import pytest
 import yaml
 
 MODULE_PKG = "ansible_collections.llmops.sglang.plugins.modules"
-KNOWN_KEYS = {"id", "host", "input", "flags", "output", "has", "absent"}
+KNOWN_KEYS = {"id", "host", "input", "flags", "output", "present", "has", "lacks", "absent"}
 
 
 def _fill(value: Any, tmp: str) -> Any:
@@ -125,10 +127,15 @@ def check_case(module: str, case: Dict[str, Any], tmp: str, monkeypatch: pytest.
     got = {k: result.get(k) for k in expected}
     assert got == expected, result
     assert (rc != 0) == bool(result.get("failed")), (rc, result)
+    missing = [k for k in case.get("present") or [] if k not in result]
+    assert not missing, ("keys missing", missing, result)
     for key, texts in _fill(case.get("has") or {}, tmp).items():
         value = _dig(result, key)
         for text in texts:
             assert isinstance(value, str) and text in value, (key, text, result)
+    whole = json.dumps(result)
+    for text in _fill(case.get("lacks") or [], tmp):
+        assert text not in whole, (text, result)
     # a failure is never an unexpected exception, nor a stack trace as the message (a reason is
     # set where the module raised it; the argument spec's own refusals carry none: `output` says)
     if result.get("failed"):
