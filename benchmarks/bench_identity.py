@@ -57,7 +57,7 @@ BUDGET_MS = 50.0
 def _timed(fn: Callable[[], Any], runs: int) -> Dict[str, float]:
     fn()  # warm: the dentries and inodes of the tree are cached, as a plan right after the preflight finds them
     times, cpu = [], []
-    for _ in range(runs):
+    for _run in range(runs):
         t0, c0 = time.perf_counter(), time.process_time()
         fn()
         times.append((time.perf_counter() - t0) * 1000.0)
@@ -178,8 +178,9 @@ def run(quick: bool = False, wheel: Optional[str] = None, runs: Optional[int] = 
 
 def _row(name: str, case: Dict[str, Any], model: Optional[Dict[str, Any]] = None) -> List[str]:
     plan = case["plan"]["median_ms"] + (model["plan"]["median_ms"] if model else 0.0)
-    return [name, str(case["files"]), "%.1f ms (p90 %.1f, CPU %.1f)" % (case["plan"]["median_ms"], case["plan"]["p90_ms"],
-                                                                      case["plan"].get("cpu_median_ms", 0.0)),
+    p = case["plan"]
+    unchanged = "%.1f ms (p90 %.1f, CPU %.1f)" % (p["median_ms"], p["p90_ms"], p.get("cpu_median_ms", 0.0))
+    return [name, str(case["files"]), unchanged,
             "%.1f ms" % case["plan_changed"]["median_ms"], "%.1f ms" % case["launch_extra"]["median_ms"],
             "%.0f KiB" % (case["record_bytes"] / 1024.0), "%.1f ms" % plan]
 
@@ -193,8 +194,8 @@ def report(data: Dict[str, Any], out_dir: str = "", fig_prefix: str = "") -> Dic
             _row("the same as a checkout, HEAD only (no git)", data["checkout_nogit"], model)]
     text = ["*Measured %s on `%s`, %s cores, Python %s, load average %s; median and 90th percentile of %d runs, "
             "warm caches; the package %s.*" % (m["date"], m["uname"], m["cores"], m["python"],
-                                                "/".join(map(str, m["load_avg"])), pkg["plan"]["runs"],
-                                                data.get("installed", "installed")), "",
+                                               "/".join(map(str, m["load_avg"])), pkg["plan"]["runs"],
+                                               data.get("installed", "installed")), "",
             "What a restart's plan adds to find out whether the sglang code a server imports or its model changed on "
             "disk since it started (`_code_identity`, `_model_identity`): one `stat` per file, no file read. "
             "\"plan: unchanged\" builds the identity on disk now and compares it with the launch record's (the "

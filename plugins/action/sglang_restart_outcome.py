@@ -24,9 +24,8 @@ from typing import Any, Callable, Dict, Mapping, Optional
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import (restart_decide,
-                                                                                         restart_outcome,
-                                                                                         restart_rollback)
+from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import (
+    restart_decide, restart_outcome, restart_rollback)
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _operation_lock as L
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
 
@@ -64,7 +63,7 @@ def check(execute: Callable[[Dict[str, Any]], Dict[str, Any]], args: Mapping[str
     settle = hold_left(hold, age)
     res: Dict[str, Any] = {}
     promoted = False
-    for _ in range(HOLD_CALLS):
+    for _call in range(HOLD_CALLS):
         ask = promote and age is not None
         res = execute(dict(args, settle=round(settle, 2), **({"promote": True} if ask else {})))
         promoted = promoted or (ask and bool(res.get("ready")))

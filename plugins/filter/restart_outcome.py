@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import (  # noqa: F401
-    STATES, restart_decide, restart_outcome, restart_rollback)
+from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import (
+    restart_decide, restart_outcome, restart_rollback)
 
 
 class FilterModule:

@@ -20,8 +20,9 @@ description:
     it the instance's last proven-good launch (M(llmops.sglang.sglang_ready)'s C(promote)), what a later rollback
     restores. A server that dies inside the hold is never promoted.
   - On the controller it feeds that check and the restart's step results (O(data)) to the restart's state machine
-    (C(plugins/module_utils/_restart/_restart_outcome.py), also the C(llmops.sglang.restart_outcome) filter) and sets the fact C(sglang_restart_result) - C(state), C(head),
-    C(summary), C(cause), C(failed), C(rollback_due) and the steps' results.
+    (C(plugins/module_utils/_restart/_restart_outcome.py), also the C(llmops.sglang.restart_outcome) filter)
+    and sets the fact C(sglang_restart_result) - C(state), C(head), C(summary), C(cause), C(failed),
+    C(rollback_due) and the steps' results.
   - Prints the summary (one plain line each, for a human stdout callback; in RV(msg) for any other), unless a
     rollback is due - then the call after the rollback (O(final)) prints it. Never fails - the role's last task
     fails the host.
@@ -53,7 +54,7 @@ options:
     description: The C(sglang_restart_result) of the call before the rollback.
     type: dict
 author:
-  - llmops.sglang contributors
+  - llmops.sglang contributors (@llmops)
 """
 
 EXAMPLES = r"""

@@ -369,7 +369,8 @@ port_holders_scan:
     - scanned, left_out (never read; excluded by those rules or not needed), unreached (not read before the
       timeout), cut_short, seconds, users (null with O(all_users)), note. Null when no O(ports) are managed.
     - A listener whose holders were not read has no pids and blocks the teardown where it collides with the
-      instance's address (RV(conflicts)), as another user's listener always did.
+      instance's address (the teardown fails with RV(reason) V(scope_conflict)), as another user's listener
+      always did.
   returned: always
   type: dict
   sample: {"scanned": 12, "left_out": 230, "unreached": 0, "cut_short": false, "seconds": 0.004, "users": [0],

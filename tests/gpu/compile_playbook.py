@@ -32,7 +32,7 @@ import re
 import shutil
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ.setdefault("GPUVAL_BUDGET_S", "3000")

@@ -75,6 +75,6 @@ def test_a_preflight_error_is_printed_once(tmp_path, case):
     assert count == 1, "the decisive message %r is printed %d times:\n%s" % (decisive, count, out)
     # the restart's failure in at most 60 lines (the report's own tasks apart), no module result
     # dumped (that takes -v)
-    restart = [line for line in out.split("TASK [llmops.sglang.sglang_report :", 1)[0].splitlines()]
+    restart = out.split("TASK [llmops.sglang.sglang_report :", 1)[0].splitlines()
     assert len(restart) <= 60, "%d lines:\n%s" % (len(restart), out)
     assert "preflight:" not in out and "checks:" not in out, out

@@ -15,7 +15,8 @@ CHROMIUM = "/usr/bin/chromium"
 LONG = "serving: POST /v1/chat/completions -> 200, reasoning_content set: " + " ".join(["/models/Qwen3-8B"] * 40)
 ROLLED_BACK = {
     "name": "serving", "host": "gpu-1", "state": "rolled_back", "head": "serving OLD config (rolled back)",
-    "summary": ["serving on gpu-1: serving OLD config (rolled back)"], "failed": True, "reason": "fatal_log", "cause": "the launched process 200 exited: Not enough memory",
+    "summary": ["serving on gpu-1: serving OLD config (rolled back)"], "failed": True, "reason": "fatal_log",
+    "cause": "the launched process 200 exited: Not enough memory",
     "at": "2026-12-02 14:00:00", "serving_pid": 300, "verified": LONG,
     "plan": {"changed": True, "reason": "config_changed", "record": {"pid": 100},
              "changes": [{"key": "args.--mem-fraction-static", "before": 0.5, "after": 0.6}]},

@@ -118,8 +118,8 @@ FOREIGN_LISTENER = ("import socket, sys, time\n"
                     "time.sleep(120)\n")
 
 
-def test_another_users_socket_beside_ours_costs_at_most_the_budget(fd_hog, throwaway_user, listening_port,
-                                                                  monkeypatch):
+def test_another_users_socket_beside_ours_costs_at_most_the_budget(
+        fd_hog, throwaway_user, listening_port, monkeypatch):
     """The review's attack: another user listens on [::1]:PORT beside our 127.0.0.1:PORT (no
     collision: only reported) and holds many fds. Naming the holders for the preflight, the
     probe, the drain and the readiness read all of that user's fds (7.4 s for 190,000). Now one

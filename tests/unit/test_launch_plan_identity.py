@@ -31,7 +31,10 @@ PATCHED = dict(CODE, **{"srt/models/deepseek_v2.py": (340, 9), "srt/hs_dump.py":
 NEW_SHARD = dict(MODEL, files=dict(MODEL["files"], **{"model-00003-of-00064.safetensors": [4 << 30, 999]}))
 
 
-def facts(check_mode: bool, record=RECORD, code_now=CODE, model_now=MODEL, **kw: Any) -> Facts:
+def facts(check_mode: bool, record=None, code_now=None, model_now=None, **kw: Any) -> Facts:
+    record = RECORD if record is None else record
+    code_now = CODE if code_now is None else code_now
+    model_now = MODEL if model_now is None else model_now
     base: Dict[str, Any] = dict(name="serving", host="127.0.0.1", port=8000, check_mode=check_mode,
                                 fingerprint="fp", inputs=record["fingerprint_inputs"], record=record, running=True,
                                 port_state="instance", holders=(OURS,),

@@ -8,8 +8,9 @@ from typing import Any, Dict
 import pytest
 
 from ansible_collections.llmops.sglang.plugins.action.sglang_restart_outcome import check, hold_left, ready_age
-from ansible_collections.llmops.sglang.plugins.filter.restart_outcome import (STATES, restart_decide,
-                                                                              restart_outcome, restart_rollback)
+from ansible_collections.llmops.sglang.plugins.filter.restart_outcome import (restart_decide, restart_outcome,
+                                                                              restart_rollback)
+from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import STATES
 
 OLD = {"pid": 100, "log_path": "/l/old.log", "fingerprint_inputs": {}}
 # the host's last proven-good launch as the plan reads it (what a rollback restores)

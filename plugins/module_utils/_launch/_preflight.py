@@ -576,8 +576,8 @@ def check_shm(report: Report, tp_size: Optional[int], asked: Optional[float], re
     for e in shown:
         pids = _shm.holders(str(e["path"]), held)
         who = ", held open by pid %s" % ", ".join(str(p) for p in pids[:5]) if pids else ", held by no process"
-        names.append("%s%s (%s, user %s%s)" % (e["path"], "/" if e["is_dir"] else "", _mib(int(e["bytes"]) / 1048576.0),
-                                              e["user"], who))
+        size = _mib(int(e["bytes"]) / 1048576.0)
+        names.append("%s%s (%s, user %s%s)" % (e["path"], "/" if e["is_dir"] else "", size, e["user"], who))
     report.fail("shm", "%s: %s free, below the %s a server of tp_size %s needs (shm_min_free_mb%s): SGLang and NCCL "
                 "would fail with `No space left on device` after the old server is stopped; nothing was stopped. "
                 "Largest: %s. Remove what no server needs (sglang_teardown removes sglang's own leftovers that no "

@@ -487,7 +487,7 @@ def _stopped_line(td: Mapping[str, Any], check_mode: bool) -> str:
 def _ready_line(ready: Mapping[str, Any]) -> str:
     if ready.get("ready"):
         text = "yes, %.1f s since launch; server %s" % (float(ready.get("since_launch") or 0),
-                                                         ready.get("server_version") or "?")
+                                                        ready.get("server_version") or "?")
         if ready.get("slow_start"):
             text += "; SLOW START (%.0f s, the last start took %.0f s)" % (
                 float(ready.get("start_seconds") or 0), float(ready.get("last_start_seconds") or 0))
@@ -666,4 +666,3 @@ def restart_outcome(data: Mapping[str, Any]) -> Dict[str, Any]:
         "steps": {k: data.get(k) for k in ("plan", "launch", "teardown", "ready", "prewarm_result", "run_tags",
                                            "skip_tags") if k in data},
     }
-

@@ -203,7 +203,7 @@ def modified(root: str, gdir: str, under: str, timeout: float = GIT_TIMEOUT) -> 
            "GIT_TERMINAL_PROMPT": "0"}
     try:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                              env=env, timeout=timeout, cwd="/")
+                              env=env, timeout=timeout, cwd="/", check=False)
     except subprocess.TimeoutExpired:
         return None, "git status took more than %.0f s" % timeout
     except OSError as exc:

@@ -61,6 +61,6 @@ def test_torch_compile_flag_without_torch_compiles_nothing_and_says_so(emulator_
         assert torch_compile.prepare(True, 8, None) is None
         print("ok")
     """)
-    out = subprocess.run([emulator_python, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([emulator_python, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
     assert "--enable-torch-compile: torch is not installed; nothing is compiled." in out.stderr

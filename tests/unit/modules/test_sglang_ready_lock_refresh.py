@@ -81,7 +81,7 @@ def test_the_heartbeat_writes_at_most_every_interval(tmp_path):
     beat = _lock_refresh.Heartbeat(state, "ready", token, warn=said.append, every=30.0, clock=lambda: now[0],
                                    sleep=lambda s: now.__setitem__(0, now[0] + s))
     beat.beat()
-    for _ in range(20):  # 20 s of a wait's polls: no second write
+    for _poll in range(20):  # 20 s of a wait's polls: no second write
         beat.sleep(1.0)
     assert len(beat.refreshed) == 1
     # the lock's own refresh is younger than the interval too (the next slice of a sliced wait)
@@ -98,6 +98,6 @@ def test_a_refresh_that_fails_is_said_once_and_the_wait_goes_on(tmp_path, monkey
     said = []
     beat = _lock_refresh.Heartbeat(str(tmp_path), "ready", "t", warn=said.append, every=30.0, clock=lambda: now[0],
                                    sleep=lambda s: now.__setitem__(0, now[0] + s))
-    for _ in range(3):
+    for _poll in range(3):
         beat.sleep(31.0)
     assert len(said) == 1 and "not refreshed" in said[0] and "No space left" in said[0] and beat.failed

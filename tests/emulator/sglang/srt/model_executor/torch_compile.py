@@ -94,7 +94,7 @@ def _model(torch: Any, blocks: int, hidden: int) -> Any:
     class Toy(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.blocks = nn.ModuleList([Block() for _ in range(blocks)])
+            self.blocks = nn.ModuleList([Block() for _block in range(blocks)])
 
         def forward(self, x: Any) -> Any:
             for block in self.blocks:
