@@ -39,18 +39,24 @@ def listening_port() -> Iterator[int]:
         sock.close()
 
 
-def _plan(tmp_path, port: int, all_users: bool, timeout: float, monkeypatch, hogs: List[int]):
-    """Plan a teardown managing `port` (GPUs not managed); return (summary, fd links of the
-    hog's processes read, the plan's listeners)."""
-    hog_dirs = tuple("/proc/%d/fd/" % p for p in hogs)
+def _count_links(monkeypatch, pids: List[int]) -> List[int]:
+    """os.readlink counting the fd links of `pids` read (in [0]); psutil reads them the same way."""
+    dirs = tuple("/proc/%d/fd/" % p for p in pids)
     read = [0]
     real = os.readlink
 
     def counting(path, *args, **kwargs):
-        if isinstance(path, str) and path.startswith(hog_dirs):
+        if isinstance(path, str) and path.startswith(dirs):
             read[0] += 1
         return real(path, *args, **kwargs)
     monkeypatch.setattr(os, "readlink", counting)
+    return read
+
+
+def _plan(tmp_path, port: int, all_users: bool, timeout: float, monkeypatch, hogs: List[int]):
+    """Plan a teardown managing `port` (GPUs not managed); return (summary, fd links of the
+    hog's processes read, the plan's listeners)."""
+    read = _count_links(monkeypatch, hogs)
     scope = build_scope("sec-%s" % uuid.uuid4().hex[:6], str(tmp_path / "state"), [port], None, [], False,
                         all_users, [], "ignore", [])
     scope.gpus = []
@@ -128,15 +134,7 @@ def test_another_users_socket_beside_ours_costs_at_most_the_budget(
     listener = throwaway_user.start(["/usr/bin/python3", "-c", FOREIGN_LISTENER, str(listening_port)])
     assert wait_for(lambda: any(l.address == "::1" for l in _ports.listeners([listening_port])), 20)
     monkeypatch.setattr(_ports, "FOREIGN_BUDGET_S", 0.0, raising=False)
-    dirs = tuple("/proc/%d/fd/" % p for p in fd_hog + [listener.pid])
-    read = [0]
-    real = os.readlink
-
-    def counting(path, *args, **kwargs):
-        if isinstance(path, str) and path.startswith(dirs):
-            read[0] += 1
-        return real(path, *args, **kwargs)
-    monkeypatch.setattr(os, "readlink", counting)
+    read = _count_links(monkeypatch, fd_hog + [listener.pid])
     found = {l.address: l for l in _ports.listeners([listening_port])}
     monkeypatch.undo()
     assert read[0] == 0, "%d fd links of the other user's processes read" % read[0]
