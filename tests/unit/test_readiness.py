@@ -614,7 +614,7 @@ def test_without_a_ready_line_the_settle_window_counts_from_the_proofs(tmp_path,
 
 
 def test_after_a_lost_port_the_settle_window_counts_from_the_new_proofs(tmp_path, spawn):
-    rec = _starting(spawn, tmp_path, PORT_DROPPING_SERVER, 0.3, 1.5)
+    rec = _starting(spawn, tmp_path, PORT_DROPPING_SERVER, 0.3, 3.0)  # back well after the window: loaded hosts too
     out = _readiness.wait_ready(rec, _opts(settle=1.0, timeout=15))
     assert out.ready, out.msg
     d = out.details
