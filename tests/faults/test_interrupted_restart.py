@@ -126,7 +126,7 @@ def test_lock_from_another_controller_is_reported_then_stale_by_age(tmp_path):
     assert res.returncode != 0, out
     assert "alice@%s" % remote["host"] in out and "pid 4242" in out
     assert re.search(r"\(1[2-9]\d s ago\)", out), out
-    assert "plan: locked" in out and "cannot check whether that run is alive" in out
+    assert "reason: locked" in out and "cannot check whether that run is alive" in out, out
     assert "?" not in out.split("is locked by", 1)[1].split("\n", 1)[0]
     res = _adhoc_lock(inv, hv, "ttl=60")  # older than ttl: the last resort
     out = res.stdout + res.stderr

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -38,7 +39,7 @@ def fifo_home(throwaway_user, shared_tmp) -> str:
     os.chown(home, throwaway_user.uid, throwaway_user.gid)
     throwaway_user.run(["sh", "-c", "cd %s && mkdir -p %s venv/bin state && ln -s %s venv/bin/python && "
                         "mkfifo %s/METADATA %s/entry_points.txt state/inst.json"
-                        % (home, DIST, sys.executable, DIST, DIST)])
+                        % (shlex.quote(home), DIST, shlex.quote(sys.executable), DIST, DIST)])
     return home
 
 
