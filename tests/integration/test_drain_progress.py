@@ -28,6 +28,7 @@ TOKENS = (120, 180, 240)   # three generations of 12, 18 and 24 s (ansible-playb
 # result, after the live lines; docs/limits.md)
 BANNER_FIRST = {"ANSIBLE_DISPLAY_SKIPPED_HOSTS": "true"}
 
+
 def _play(extra: Dict[str, Any], env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     argv = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", os.path.join(ROOT, "inventory", "local.yml"),
             PLAYBOOK, "-e", json.dumps(extra)]

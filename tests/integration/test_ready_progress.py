@@ -35,6 +35,7 @@ CALLBACKS = os.path.join(ROOT, "tests", "integration", "progress_callbacks")
 # result, after the live lines; docs/limits.md)
 BANNER_FIRST = {"ANSIBLE_DISPLAY_SKIPPED_HOSTS": "true"}
 
+
 def _play(playbook: str, extra: Dict[str, Any], env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     argv = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", os.path.join(ROOT, "inventory", "local.yml"),
             playbook, "-e", json.dumps(extra)]

@@ -25,6 +25,7 @@ IGNORES = {"SGLANG_EMULATOR_FAULT": "ignore_sigterm"}
 # result, after the live lines; docs/limits.md)
 BANNER_FIRST = {"ANSIBLE_DISPLAY_SKIPPED_HOSTS": "true"}
 
+
 def _play(extra: Dict[str, Any], env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     argv = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", os.path.join(ROOT, "inventory", "local.yml"),
             PLAYBOOK, "-e", json.dumps(extra)]
