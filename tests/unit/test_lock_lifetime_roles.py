@@ -28,7 +28,9 @@ def _rendered(tmp_path, *more: str) -> dict:
         plays = yaml.safe_load(fh)
     mn = [p["vars"] for p in plays if "sglang_mn_lock_ttl" in (p.get("vars") or {})][0]
     extra = tmp_path / "mn.yml"
-    extra.write_text(yaml.safe_dump({"sglang_mn_lock_ttl": mn["sglang_mn_lock_ttl"]}))
+    # an ad-hoc run has no play, so no ansible_run_tags/ansible_skip_tags: the ones of an untagged play
+    extra.write_text(yaml.safe_dump({"sglang_mn_lock_ttl": mn["sglang_mn_lock_ttl"],
+                                     "ansible_run_tags": ["all"], "ansible_skip_tags": []}))
     args = []
     for role in ("sglang_restart", "sglang_teardown", "sglang_launch"):
         args += ["-e", "@" + os.path.join(ROOT, "roles", role, "defaults", "main.yml"),
@@ -65,5 +67,6 @@ def test_every_lock_ttl_is_the_lifetime_of_its_run(tmp_path):
     assert float(got["multinode"]) == lock_lifetime({"ready_timeout": 3600, "grace_period": 30, "teardown_timeout": 60,
                                                      "rollback": False})
     assert got["refresh"] == ""  # outside a restart that took the lock: nothing to refresh
-    taken = _rendered(tmp_path, "-e", '{"__sglang_restart_lock": {"reason": "taken", "holder": {"token": "ab12"}}}')
+    taken = _rendered(tmp_path, "-e", '{"__sglang_restart_plan": {"changed": false, "operation_lock":'
+                      ' {"reason": "taken", "holder": {"token": "ab12"}}}}')
     assert taken["refresh"] == "ab12"  # the restart's readiness waits refresh the lock its plan took
