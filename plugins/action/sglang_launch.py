@@ -23,6 +23,7 @@ from ansible.utils.vars import merge_hash
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _operation_lock as L
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _settings as S
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _teardown_lines as T
 
 MODULE = "llmops.sglang.sglang_launch"
@@ -47,6 +48,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
+        S.show(S.notes_for_task(task_vars.get("__sglang_settings_role"), task_vars, self._templar.template), display)
         args = dict(self._task.args)
         spec = args.get("operation_lock")
 

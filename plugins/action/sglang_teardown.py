@@ -24,6 +24,7 @@ from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _progress_display as P
+from ansible_collections.llmops.sglang.plugins.plugin_utils import _settings as S
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _teardown_lines as L
 
 MODULE = "llmops.sglang.sglang_teardown"
@@ -32,7 +33,8 @@ display = Display()
 
 
 class ActionModule(ActionBase):
-    """Runs sglang_teardown once, with a line before and a line per phase after."""
+    """Runs sglang_teardown once, with a line before and a line per phase after; says which
+    inventory settings it cannot honour when the task names its role (plugin_utils/_settings)."""
 
     TRANSFERS_FILES = False
     _supports_check_mode = True
@@ -42,6 +44,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
+        S.show(S.notes_for_task(task_vars.get("__sglang_settings_role"), task_vars, self._templar.template), display)
         args = dict(self._task.args)
         wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
         show = not self._task.async_val and P.progress_wanted(P.stdout_callback_name(), os.environ)

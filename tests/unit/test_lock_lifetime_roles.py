@@ -18,8 +18,11 @@ VARS = {"restart": "__sglang_restart_lock_ttl", "teardown": "__sglang_teardown_l
 
 
 def _defaults(role: str) -> dict:
+    """The role's defaults, each one that reads a public inventory name as its fallback value."""
+    from test_role_defaults import fallback
+
     with open(os.path.join(ROOT, "roles", role, "defaults", "main.yml")) as fh:
-        return yaml.safe_load(fh)
+        return {k: fallback(v) for k, v in yaml.safe_load(fh).items()}
 
 
 def _rendered(tmp_path, *more: str) -> dict:
@@ -64,7 +67,7 @@ def test_every_lock_ttl_is_the_lifetime_of_its_run(tmp_path):
                                                     "introspect_timeout": 0, "rollback": False})
     assert float(got["launch"]) == lock_lifetime({"spawn_timeout": _defaults("sglang_launch")["sglang_launch_spawn_timeout"],
                                                   "rollback": False})
-    assert float(got["multinode"]) == lock_lifetime({"ready_timeout": 3600, "grace_period": 30, "teardown_timeout": 60,
+    assert float(got["multinode"]) == lock_lifetime({"ready_timeout": 2400, "grace_period": 30, "teardown_timeout": 60,
                                                      "rollback": False})
     assert got["refresh"] == ""  # outside a restart that took the lock: nothing to refresh
     taken = _rendered(tmp_path, "-e", '{"__sglang_restart_plan": {"changed": false, "operation_lock":'

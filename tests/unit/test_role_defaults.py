@@ -1,7 +1,9 @@
 """One layer of defaults: each role's defaults/main.yml equals its meta/argument_specs.yml and the
-module's own default for the option it feeds; the playbooks' inventory mapping falls back to
-the same values; the restart role reuses the thin roles' tasks instead of calling their modules
-with a copy of their options, and keeps its own facts private."""
+module's own default for the option it feeds (a default that reads the public inventory name,
+`"{{ sglang_port | default(30000) }}"`, falls back to that value); one fallback per public name
+across the roles; no play overrides the inventory but for its mode; the restart role reuses the
+thin roles' tasks instead of calling their modules with a copy of their options, and keeps its
+own facts private."""
 from __future__ import annotations
 
 import ast
@@ -22,9 +24,11 @@ FEEDS = {
         "name", "entrypoint", "host", "port", "tp_size", "args", "env", "keep_logs", "gpu_check",
         "foreign_port_holders", "min_free_mb", "spawn_timeout", "containment", "shm_min_free_mb",
         "ignore_changes", "identity_paths")},
+    # (ports: the instance's port and sglang_extra_ports, as the restart manages them; purge_paths:
+    # sglang_purge_paths and, with sglang_purge_dumps_on_teardown, the extraction dump dir)
     "sglang_teardown": {s: ("sglang_teardown", s) for s in (
-        "ports", "patterns", "sglang_processes", "all_users", "protect", "foreign_gpu_processes",
-        "grace_period", "timeout", "shm_cleanup", "purge_paths", "clear_cache")},
+        "patterns", "sglang_processes", "all_users", "protect", "foreign_gpu_processes",
+        "grace_period", "timeout", "shm_cleanup", "clear_cache")},
     "sglang_ready": {s: ("sglang_ready", s) for s in (
         "timeout", "poll_interval", "extra_ready_patterns", "extra_fatal_patterns", "require_ready_line",
         "health", "settle")},
@@ -40,6 +44,35 @@ FEEDS = {
            for s in ("timeout", "poll_interval", "extra_ready_patterns", "extra_fatal_patterns", "health")},
         ready_settle=("sglang_ready", "settle")),
 }
+
+
+PUBLIC = re.compile(r"^\{\{\s*(sglang_\w+)\s*\|\s*default\(", re.S)
+
+
+def public_default(value: Any) -> Any:
+    """(public name, fallback) of a default that only reads a public name,
+    `{{ sglang_port | default(30000) }}`, else (None, value)."""
+    m = PUBLIC.match(value.strip()) if isinstance(value, str) else None
+    if not m:
+        return None, value
+    text, depth = value.strip(), 0
+    for end in range(m.end() - 1, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        if depth == 0:
+            break
+    inner, rest = text[m.end():end], text[end + 1:].strip()
+    if rest != "}}":
+        return None, value
+    if PUBLIC.match("{{ %s }}" % inner):  # an old name in between: default(sglang_stop_grace_period | default(30))
+        return m.group(1), public_default("{{ %s }}" % inner)[1]
+    try:
+        return m.group(1), yaml.safe_load(inner.replace("none", "null"))
+    except yaml.YAMLError:
+        return None, value
+
+
+def fallback(value: Any) -> Any:
+    return public_default(value)[1]
 
 
 def _yaml(*parts: str) -> Any:
@@ -62,7 +95,7 @@ def test_argument_specs_match_the_defaults(role):
     assert sorted(set(defaults) - set(options)) == [], "defaults without a spec"
     wrong = {}
     for name, spec in options.items():
-        value = defaults.get(name, UNSET)
+        value = fallback(defaults.get(name, UNSET))
         if value is UNSET:
             continue
         if isinstance(value, str) and "{{" in value:  # a template is documented in words
@@ -77,28 +110,54 @@ def test_role_defaults_are_the_module_defaults(role):
     defaults = _yaml("roles", role, "defaults", "main.yml")
     wrong = {}
     for suffix, (module, option) in FEEDS[role].items():
-        mine = defaults["%s_%s" % (role, suffix)]
+        mine = fallback(defaults["%s_%s" % (role, suffix)])
         theirs = module_defaults(module)[option]
         if mine != theirs:
             wrong["%s_%s" % (role, suffix)] = (mine, "%s.%s" % (module, option), theirs)
-        assert defaults.get("%s_state_dir" % role, None) is None, "state_dir: the modules' rule (null)"
+        assert fallback(defaults.get("%s_state_dir" % role, None)) is None, "state_dir: the modules' rule (null)"
     assert wrong == {}, wrong
 
 
-def test_the_inventory_mapping_falls_back_to_the_role_defaults():
-    defaults = _yaml("roles", "sglang_restart", "defaults", "main.yml")
-    with open(os.path.join(ROOT, "playbooks", "vars", "sglang_restart.yml")) as fh:
-        lines = [ln for ln in fh if ln.startswith("sglang_restart_")]
-    checked = 0
-    for line in lines:
-        name, expr = line.split(":", 1)
-        m = re.search(r"\|\s*default\(([^()]*)\)\)?\s*}}", expr)
-        if not m:
+def test_one_fallback_per_public_name():
+    seen: Dict[str, Any] = {}
+    for role in ROLES + ("sglang_rolling",):
+        for name, value in (_yaml("roles", role, "defaults", "main.yml") or {}).items():
+            public, value = public_default(value)
+            if public is None:
+                continue
+            assert seen.setdefault(public, value) == value, "%s falls back to %r here, %r elsewhere" % (
+                public, value, seen[public])
+    assert len(seen) >= 25
+
+
+def test_every_public_name_is_in_the_settings_table():
+    with open(os.path.join(ROOT, "docs", "roles.md")) as fh:
+        table = fh.read().split("## Settings", 1)[1].split("\n## ", 1)[0]
+    names = set()
+    for role in ROLES + ("sglang_rolling",):
+        for value in (_yaml("roles", role, "defaults", "main.yml") or {}).values():
+            if isinstance(value, str):
+                names.update(re.findall(r"\b(sglang_[a-z_]+)\s*\|\s*default", value))
+    missing = sorted(n for n in names if "`%s`" % n not in table)
+    assert missing == [], "public names missing from docs/roles.md's Settings table: %s" % missing
+
+
+def test_no_play_overrides_the_inventory_but_for_its_mode():
+    """A play variable beats the inventory: the playbooks set only what their mode is (and each
+    of those is named in a warning when the inventory sets it too: plugin_utils/_settings)."""
+    from ansible_collections.llmops.sglang.plugins.plugin_utils._settings import PLAY_OWNED_HINTS
+
+    role_vars = set()
+    for role in ROLES + ("sglang_rolling",):
+        role_vars.update(_yaml("roles", role, "defaults", "main.yml") or {})
+    for fn in sorted(os.listdir(os.path.join(ROOT, "playbooks"))):
+        if not fn.endswith(".yml"):
             continue
-        fallback = yaml.safe_load(m.group(1).replace("none", "null"))
-        assert fallback == defaults[name], "%s falls back to %r, the role default is %r" % (name, fallback, defaults[name])
-        checked += 1
-    assert checked >= 20
+        for play in _yaml("playbooks", fn):
+            assert "vars_files" not in play, fn
+            overridden = sorted(n for n in play.get("vars", {}) if n in role_vars and n not in PLAY_OWNED_HINTS)
+            assert overridden == [], "%s: play vars hide the inventory's %s" % (fn, overridden)
+    assert not os.path.exists(os.path.join(ROOT, "playbooks", "vars"))
 
 
 def _tasks(role: str):
