@@ -60,7 +60,9 @@ class ActionModule(ActionBase):
         show = isinstance(stop, Mapping) and P.progress_wanted(P.stdout_callback_name(), os.environ)
         who = P.host_label(task_vars, self._play_context.remote_addr, str(args.get("name") or "sglang") + " teardown")
         check_mode = bool(self._play_context.check_mode)
-        if show and not check_mode and T.args_valid(stop, _teardown_spec()):
+        # the rollback's stop of a failed launch: its lines only when it stopped something
+        quiet = bool(task_vars.get("__sglang_launch_teardown_quiet"))
+        if show and not quiet and not check_mode and T.args_valid(stop, _teardown_spec()):
             display.display("%s: %s" % (who, T.deferred_line(stop)))
         try:
             if isinstance(spec, dict):
@@ -72,7 +74,8 @@ class ActionModule(ActionBase):
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         done = res.get("teardown")
-        if show and isinstance(done, Mapping) and "killed" in done:  # a refusal before any signal says it all
+        if show and isinstance(done, Mapping) and "killed" in done and (done.get("killed") or not quiet):
+            # (a refusal before any signal says it all)
             for line in T.phase_lines(done, check_mode, stop.get("ports")):
                 display.display("%s: %s" % (who, line))
         return merge_hash(result, res)

@@ -175,7 +175,7 @@ def main() -> int:
         "sglang_venv": V.EMU, "sglang_tp_size": 1, "sglang_model_path": folder,
         "sglang_extraction_dump_dir": V.DUMP, "sglang_gpu_backend": "nvml" if USE_GPU else "none",
         "sglang_managed_gpus": [0] if USE_GPU else [], "sglang_startup_timeout": 600,
-        "sglang_stop_grace_period": 5, "sglang_stop_timeout": 60, "sglang_env": env,
+        "sglang_grace_period": 5, "sglang_stop_timeout": 60, "sglang_env": env,
     })
     RESULTS["vars"] = V.VARS
     failed = 0

@@ -586,7 +586,7 @@ def main() -> int:
         "sglang_gpu_backend": "nvml" if GPU else "none",
         "sglang_managed_gpus": list(range(count)) if GPU else [],
         "sglang_foreign_gpu_processes": "fail", "sglang_startup_timeout": 180,
-        "sglang_stop_grace_period": 5, "sglang_stop_timeout": 30, "sglang_env": sglang_env,
+        "sglang_grace_period": 5, "sglang_stop_timeout": 30, "sglang_env": sglang_env,
     })
     FIGURES["inventory_overrides"] = VARS
 

@@ -84,7 +84,7 @@ class Fleet:
             "sglang_tp_size": self.tp_size,
             "sglang_keep_logs": 2,
             "sglang_startup_timeout": 180,
-            "sglang_stop_grace_period": 10,
+            "sglang_grace_period": 10,
             "sglang_stop_timeout": 30,
             "sglang_gpu_backend": "none",
             "sglang_gpu_check": False,

@@ -30,7 +30,7 @@ def _play(playbook: str, extra: Dict[str, Any], tmp_path) -> subprocess.Complete
 def _base(tmp_path) -> Dict[str, Any]:
     return {"sglang_name": "itest-rb-%s" % uuid.uuid4().hex[:6], "sglang_port": free_port(),
             "sglang_state_dir": str(tmp_path / "state"), "sglang_log_dir": str(tmp_path / "logs"),
-            "sglang_startup_timeout": 60, "sglang_stop_grace_period": 3}
+            "sglang_startup_timeout": 60, "sglang_grace_period": 3}
 
 
 def _record(extra: Dict[str, Any]) -> Dict[str, Any]:
@@ -64,7 +64,7 @@ def test_crash_of_the_new_config_rolls_back_to_the_old_one(tmp_path):
         out = second.stdout + second.stderr
         assert second.returncode != 0, out[-4000:]  # the host still fails: the roll stops
         assert _first_summary_line(out) == "serving OLD config (rolled back)", out[-4000:]
-        assert "': serving OLD config (rolled back)" in out  # the host's failure says where it stands
+        assert "failed: serving OLD config (rolled back)" in out  # the host's failure says where it stands
         now = _record(extra)
         assert now["pid"] != old["pid"]
         assert _procs.is_alive(now["pid"], now.get("start_time"))

@@ -46,7 +46,7 @@ def _base(tmp_path) -> Dict[str, Any]:
     """A private instance (name, state, logs, dumps derived from its own demo dir), tp 2: two
     scheduler processes are enough here and spare a loaded machine."""
     return {"sglang_demo_dir": str(tmp_path / "inst"), "sglang_port": free_port(), "sglang_tp_size": 2,
-            "sglang_startup_timeout": 120, "sglang_stop_grace_period": 3}
+            "sglang_startup_timeout": 120, "sglang_grace_period": 3}
 
 
 def _names(extra: Dict[str, Any]) -> Dict[str, str]:
@@ -120,7 +120,7 @@ def test_new_config_never_ready_rolls_back_to_the_old_one(tmp_path):
         assert "failed at: Wait until the server is ready" in summary, summary
         assert "ready: NO (" in summary, summary  # the new configuration's verdict, kept
         assert "rollback: last proven-good config relaunched, pid %d" % _record(names)["pid"] in summary, summary
-        assert "': serving OLD config (rolled back)" in out  # the host's failure says where it stands
+        assert "failed: serving OLD config (rolled back)" in out  # the host's failure says where it stands
         now = _assert_old_config_back(old, names, extra["sglang_port"])
         assert "SGLANG_EMULATOR_FAULT" not in now["fingerprint_inputs"]["env"]
         assert "SGLANG_EMULATOR_FAULT" not in psutil.Process(now["pid"]).environ()

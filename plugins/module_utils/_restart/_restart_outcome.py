@@ -607,7 +607,8 @@ def _summary(data: Mapping[str, Any], head: str, cause: str, released: bool) -> 
         lines.append(text)
         if ready.get("ready") and launch.get("changed"):
             lines.append("startup timeline: " + _timeline(ready))
-        if data.get("verify") not in (None, "none") or ready.get("work") or data.get("verified"):
+        # a server that never got ready was never verified: "ready: NO" says it (no "verify: not run")
+        if (data.get("verify") not in (None, "none") and ready.get("ready")) or ready.get("work") or data.get("verified"):
             lines.append("verify: " + _verified(data))
     elif live["checked"] and not check and not rb["attempted"]:
         lines.append("server: " + _live_text(live))
