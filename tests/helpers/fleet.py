@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from typing import Any, Dict, List, Optional
@@ -66,6 +67,21 @@ class Fleet:
         return "fleet-%s-%s" % (self.tag, host)
 
     # -- inventory ------------------------------------------------------------------------------
+    def interpreter(self) -> str:
+        """The controller venv's python; from a checkout whose path has a space, a wrapper without
+        one: ansible-core runs an async task's interpreter (the roll's background prewarm) through
+        /bin/sh unquoted (docs/limits.md)."""
+        python = os.path.join(ROOT, ".venv", "bin", "python")
+        if " " not in python:
+            return python
+        home = self.workdir if " " not in self.workdir else tempfile.mkdtemp(prefix="fleet-python-")
+        os.makedirs(home, exist_ok=True)
+        wrapper = os.path.join(home, "python")
+        with open(wrapper, "w") as fh:
+            fh.write("#!/bin/sh\nexec '%s' \"$@\"\n" % python.replace("'", "'\\''"))
+        os.chmod(wrapper, 0o755)
+        return wrapper
+
     def write_inventory(self, path: Optional[str] = None, **overrides: Any) -> str:
         hosts: Dict[str, Any] = {}
         for h in self.hosts:
@@ -77,7 +93,7 @@ class Fleet:
             hosts[h] = hostvars
         group_vars: Dict[str, Any] = {
             "ansible_connection": "local",
-            "ansible_python_interpreter": os.path.join(ROOT, ".venv", "bin", "python"),
+            "ansible_python_interpreter": self.interpreter(),
             "sglang_venv": os.path.join(ROOT, ".venv-emulator"),
             "sglang_model_path": MODEL_DIR,
             "sglang_host": "127.0.0.1",

@@ -127,5 +127,6 @@ def test_through_the_ansible_cli(model):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("localhost | CHANGED => "), proc.stdout[-3000:]
     task = json.loads(proc.stdout.split("=> ", 1)[1])
-    assert task["changed"] and task["resident_after_pct"] == 100.0
+    # (a page another process's memory pressure evicts again in between reads 99.99 on a busy host)
+    assert task["changed"] and task["resident_after_pct"] >= 99.9
     assert pc.total_resident(files) == task["bytes"]
