@@ -322,6 +322,14 @@ options:
         description: Only measure what would be read (a C(--check) run); nothing is read.
         type: bool
         default: false
+      forced:
+        description:
+          - Warm also when the requested server is running unchanged - a forced restart (the
+            restart role's C(sglang_restart_force)) replaces it all the same. Without it such a
+            call reads nothing.
+        type: bool
+        default: false
+        version_added: "0.7.0"
   probe_timeout:
     description:
       - Seconds a running server with the requested configuration has to answer an HTTP request
@@ -801,6 +809,7 @@ prewarm:
       C(files), C(bytes), C(resident_before_pct), C(resident_after_pct), C(read_bytes), C(seconds),
       C(stopped), C(memory), ...), or C(failed), C(reason) and C(msg) when it could not run.
   returned: when O(prewarm) was given and this call, in check mode, decided a server must be (re)started
+    (with O(prewarm.forced), also when it is running unchanged)
   type: dict
   version_added: "0.5.0"
   sample: {changed: true, resident_before_pct: 2.5, resident_after_pct: 100.0, read_bytes: 16106127360,
@@ -918,7 +927,8 @@ def main() -> None:
                 threads=dict(type="int", default=4),
                 min_available=dict(type="raw", default="10%"),
                 timeout=dict(type="float", default=1800.0),
-                check_only=dict(type="bool", default=False))),
+                check_only=dict(type="bool", default=False),
+                forced=dict(type="bool", default=False))),
             operation_lock=dict(type="dict", options=dict(
                 ttl=dict(type="float", default=0.0),
                 check_only=dict(type="bool", default=False),

@@ -36,3 +36,33 @@ def test_check_only_reads_nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(_prewarm, "run", run)
     _launch_exec.prewarm(str(tmp_path), dict(SPEC, check_only=True))
     assert seen == {"check_mode": True}
+
+
+def _plan(tmp_path, monkeypatch, decision: str, **spec) -> dict:
+    """A plan call (check mode) whose decision is `decision`; returns its result."""
+    from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_plan, _preflight
+
+    monkeypatch.setattr(_launch_exec, "preflight",
+                        lambda p, dirs, check_mode: _launch_exec.Preflight(report=_preflight.Report(), port=p["port"],
+                                                                           tp_size=1))
+    monkeypatch.setattr(_launch_plan, "decide", lambda facts: _launch_plan.Decision(decision, "x", "x"))
+    monkeypatch.setattr(_launch_exec, "prewarm", lambda path, got: {"changed": True, "read_for": path})
+    p = dict(name="unit", venv=None, python=None, search_paths=None, entrypoint="auto", model_path=str(tmp_path),
+             host="127.0.0.1", port=30000, tp_size=1, args={}, env={}, api_key=None, log_dir=None,
+             state_dir=str(tmp_path / "state"), keep_logs=5, state="started", lock_timeout=30.0,
+             introspect_timeout=180.0, gpu_backend="none", gpu_check=True, allow_log_level_warning=False,
+             foreign_port_holders="fail", min_free_mb=0.0, min_free_inodes=0, probe_timeout=5.0,
+             spawn_timeout=30.0, containment="none", prewarm=dict(SPEC, **spec))
+    return _launch_exec.run(p, check_mode=True, diff=False)
+
+
+def test_a_forced_restart_of_an_unchanged_server_is_warmed_by_the_plan(tmp_path, monkeypatch):
+    """forced: the server runs unchanged (noop) but will be replaced: its weights are read by the
+    plan's call, as for a changed one (no task of its own)."""
+    from ansible_collections.llmops.sglang.plugins.module_utils._launch import _launch_plan
+
+    assert "prewarm" not in _plan(tmp_path, monkeypatch, _launch_plan.NOOP)
+    assert _plan(tmp_path, monkeypatch, _launch_plan.NOOP, forced=True)["prewarm"]["read_for"] == str(tmp_path)
+    assert _plan(tmp_path, monkeypatch, _launch_plan.RELAUNCH)["prewarm"]["changed"]
+    with pytest.raises(SglangError):  # a refused plan reads nothing, forced or not
+        _plan(tmp_path, monkeypatch, _launch_plan.REFUSE, forced=True)

@@ -385,10 +385,15 @@ def test_tags_that_pick_the_teardown_alone_leave_the_host_down_as_asked():
     assert not restart_rollback(data)["due"]
 
 
-def test_a_forced_restart_of_an_unchanged_server_is_warmed_by_its_own_task():
-    dec = restart_decide({"plan": PLAN_RUNNING, "force": True, "prewarm": True})
-    assert dec["replace"] and dec["prewarm_here"]
-    assert not restart_decide({"plan": PLAN_CHANGE, "force": True, "prewarm": True})["prewarm_here"]
+def test_a_forced_restart_whose_plan_could_not_warm_the_weights_is_refused():
+    """The plan's call warms a forced restart's weights too: an unreadable shard refuses the
+    restart before anything is stopped; a memory floor does not."""
+    unreadable = dict(PLAN_RUNNING, prewarm={"failed": True, "reason": "unsafe_path", "msg": "a link"})
+    dec = restart_decide({"plan": unreadable, "force": True, "prewarm": True})
+    assert dec["refused"] and dec["reason"] == "prewarm_failed" and not dec["launch_due"]
+    floor = dict(PLAN_RUNNING, prewarm={"failed": True, "reason": "memory_floor", "msg": "no room"})
+    dec = restart_decide({"plan": floor, "force": True, "prewarm": True})
+    assert dec["replace"] and dec["launch_due"] and not dec["refused"]
 
 
 def test_every_outcome_is_one_of_the_documented_states():

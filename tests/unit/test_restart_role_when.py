@@ -45,6 +45,6 @@ def test_no_when_has_more_than_three_conditions():
 def test_the_steps_read_the_state_machines_decisions():
     with open(os.path.join(ROOT, "roles", "sglang_restart", "tasks", "main.yml")) as fh:
         text = fh.read()
-    for decision in ("prewarm_here", "teardown_alone", "launch_due", "ready_due"):
+    for decision in ("teardown_alone", "launch_due", "ready_due"):
         assert "when: __sglang_restart_decision.%s\n" % decision in text, decision
     assert text.count("when: sglang_restart_result.rollback_due | default(false)\n") == 2

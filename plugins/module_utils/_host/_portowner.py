@@ -39,9 +39,9 @@ class LaunchIdentity:
     def from_record(cls, record: Optional[Mapping[str, Any]]) -> "LaunchIdentity":
         """Tolerant: a field that is missing or not a number proves nothing (None)."""
         rec = record or {}
-        return cls(pid=_int(rec.get("pid")), start_time=_float(rec.get("start_time")),
+        return cls(pid=_int(rec.get("pid")), start_time=_procs.record_start(rec),
                    supervisor_pid=_int(rec.get("supervisor_pid")),
-                   supervisor_start_time=_float(rec.get("supervisor_start_time")),
+                   supervisor_start_time=_procs.record_start(rec, "supervisor_start_time"),
                    pgid=_int(rec.get("pgid")), sid=_int(rec.get("sid")),
                    launch_id=str(rec["launch_id"]) if rec.get("launch_id") else None)
 

@@ -27,7 +27,7 @@ import pwd
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._core._redact import mask_cmdline
@@ -361,6 +361,39 @@ def _fresh_iter(attrs: Optional[List[str]]) -> Iterator[Any]:
 
 def boot_time() -> float:
     return float(require().boot_time())
+
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id() -> Optional[str]:
+    """This boot's id: a start time is comparable across runs only within one boot."""
+    try:
+        with open(BOOT_ID) as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def boot_frame() -> Dict[str, Any]:
+    """What a file that keeps start times for a later run stores beside them: the boot time
+    they count from (psutil's epoch start time is the start's clock ticks since boot plus the
+    kernel's btime, which a clock step - NTP, a resumed or migrated VM - moves) and the boot."""
+    return {"boot_time": boot_time(), "boot_id": boot_id()}
+
+
+def record_start(record: Mapping[str, Any], key: str = "start_time") -> Optional[float]:
+    """A start time an earlier run stored (`key` of a launch record), counted from this run's
+    btime: after a clock step every stored start time would otherwise differ from the live
+    process's and a running server would read as gone. A record without its frame (written
+    before it was stored) or from another boot is taken as it is."""
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    then = record.get("boot_time")
+    if isinstance(then, bool) or not isinstance(then, (int, float)) or record.get("boot_id") != boot_id():
+        return float(value)
+    return round(float(value) + boot_time() - float(then), 2)
 
 
 def username(uid: int) -> str:

@@ -161,7 +161,7 @@ def base_result(req: Request) -> Dict[str, Any]:
 def _is_running(record: Optional[Mapping[str, Any]]) -> bool:
     if not record or not isinstance(record.get("pid"), int):
         return False
-    return _procs.is_alive(record["pid"], record.get("start_time"))
+    return _procs.is_alive(record["pid"], _procs.record_start(record))
 
 
 # A healthy server can stall for seconds (a long prefill, a GC pause, a busy host): one request
@@ -413,6 +413,12 @@ def operation_lock(req: Request) -> Optional[Dict[str, Any]]:
                           reason="lock_failed") from None
 
 
+def _prewarm_forced(spec: Mapping[str, Any], decision: Any) -> bool:
+    """A forced restart replaces a server that runs unchanged: its new weights are warmed by this
+    call too (nothing else reads them before the old server stops)."""
+    return bool(spec.get("forced")) and decision.action == _launch_plan.NOOP
+
+
 def prewarm(model_path: str, spec: Mapping[str, Any]) -> Dict[str, Any]:
     """sglang_prewarm's work in this call, for a server this call decided must be (re)started:
     a restart's plan warms the new weights while the old server still serves, without a task of
@@ -526,7 +532,7 @@ def run(p: Mapping[str, Any], check_mode: bool, diff: bool,
                 launched = spawn(req)
                 result.update(pid=launched["pid"], log_path=launched["log_path"], record=launched,
                               containment=_launch_plan.record_containment(launched))
-            elif decision.changed and p.get("prewarm"):
+            elif p.get("prewarm") and (decision.changed or _prewarm_forced(p["prewarm"], decision)):
                 result["prewarm"] = prewarm(p["model_path"], p["prewarm"])
             return result
     except SglangError as exc:

@@ -77,7 +77,7 @@ def apply(p: Mapping[str, Any], state_dir: str, name: str) -> Tuple[Dict[str, An
     params.update(configuration(record, secrets, path))
     info = {"from": path, "launch_id": record.get("launch_id"), "fingerprint": record.get("fingerprint"),
             "promoted_at_utc": record.get("promoted_at_utc"), "pid": record.get("pid"),
-            "start_time": record.get("start_time")}
+            "start_time": _procs.record_start(record)}
     return params, info
 
 
@@ -85,4 +85,4 @@ def still_running(restored: Mapping[str, Any], record: Optional[Mapping[str, Any
     """The last-good launch itself is the recorded one and still alive: a restore stops nothing."""
     if not record or record.get("launch_id") != restored.get("launch_id") or not isinstance(record.get("pid"), int):
         return False
-    return _procs.is_alive(record["pid"], record.get("start_time"))
+    return _procs.is_alive(record["pid"], _procs.record_start(record))

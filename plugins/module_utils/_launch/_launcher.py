@@ -457,7 +457,7 @@ def _spawn(spec: LaunchSpec, tmpdir: str, exit_path: str, contained: Dict[str, A
         "argv": _redact.redact_argv(spec.argv, spec.extra_secret_flags), "env": user_env,
         "log_path": log_path, "log_offset": 0, "log_link": link,
         "tmpdir": tmpdir, "exit_path": exit_path,
-        "launched_at": now, "record_version": _record.RECORD_VERSION,
+        "launched_at": now, "record_version": _record.RECORD_VERSION, **_procs.boot_frame(),
         "launched_at_utc": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     })
     record.update(contained)
@@ -471,7 +471,7 @@ def _spawn(spec: LaunchSpec, tmpdir: str, exit_path: str, contained: Dict[str, A
             if isinstance(sup, UnitSupervisor):
                 _remove_payload(spec)
         _check_contained(contained, sup.pid, server.pid)
-        record.update(pid=server.pid, start_time=server.start_time)
+        record.update(pid=server.pid, start_time=server.start_time, **_procs.boot_frame())
         _record.write_record(spec.state_dir, spec.name, record)
     except BaseException as exc:
         left = _stop_launch(sup, contained)

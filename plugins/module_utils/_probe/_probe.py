@@ -11,7 +11,7 @@ import os
 import pwd
 import sys
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _deps
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
@@ -209,7 +209,7 @@ def _alive(records: List[Dict[str, Any]]) -> None:
     for rec in records:
         if "error" not in rec:
             pid = rec.get("pid")
-            rec["alive"] = bool(isinstance(pid, int) and _procs.is_alive(pid, rec.get("start_time")))
+            rec["alive"] = bool(isinstance(pid, int) and _procs.is_alive(pid, _procs.record_start(rec)))
 
 
 # --- containment -------------------------------------------------------------------------------
@@ -222,6 +222,11 @@ def host_containment() -> Dict[str, Any]:
     return {"backend": backend, "why": why}
 
 
+def _record_start(rec: Mapping[str, Any]) -> Optional[float]:
+    from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
+    return _procs.record_start(rec)
+
+
 def _record_of(server: Dict[str, Any], records: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """The launch record of a server: same launch id (from its marker), else same main pid."""
     for rec in records:
@@ -229,8 +234,8 @@ def _record_of(server: Dict[str, Any], records: List[Dict[str, Any]]) -> Optiona
             return rec
     for rec in records:
         if server.get("pid") is not None and rec.get("pid") == server["pid"] and \
-                (server.get("start_time") is None or rec.get("start_time") is None
-                 or abs(float(rec["start_time"]) - float(server["start_time"])) < 0.05):
+                (server.get("start_time") is None or _record_start(rec) is None
+                 or abs(_record_start(rec) - float(server["start_time"])) < 0.05):
             return rec
     return None
 

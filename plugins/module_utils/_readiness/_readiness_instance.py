@@ -82,7 +82,7 @@ def instance_from_record(record: Dict[str, Any]) -> Instance:
     argv = record.get("argv") or []
     expect = record.get("expect") or {}
     return Instance(
-        name=name, pid=int(record["pid"]), start_time=_opt_float(record, "start_time"),
+        name=name, pid=int(record["pid"]), start_time=_procs.record_start(record),
         pgid=_opt_int(record, "pgid"), sid=_opt_int(record, "sid"),
         launch_id=record.get("launch_id") or None, log_path=str(record["log_path"]),
         log_offset=_opt_int(record, "log_offset") or 0,
@@ -93,7 +93,7 @@ def instance_from_record(record: Dict[str, Any]) -> Instance:
         node_rank=_opt_int(record, "node_rank") or 0,
         expect=dict(expect) if isinstance(expect, dict) else {},
         supervisor_pid=_opt_int(record, "supervisor_pid"),
-        supervisor_start_time=_opt_float(record, "supervisor_start_time"),
+        supervisor_start_time=_procs.record_start(record, "supervisor_start_time"),
     )
 
 

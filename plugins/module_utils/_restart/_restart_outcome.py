@@ -189,9 +189,8 @@ def _lock(data: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def _prewarm(data: Mapping[str, Any]) -> Dict[str, Any]:
-    """What warmed the new weights: the forced restart's own task, else the plan's call."""
-    own = _d(data, "prewarm_result")
-    return own if _ran(own) else _d(_d(data, "plan"), "prewarm")
+    """What warmed the new weights: the plan's own call (also for a forced restart)."""
+    return _d(_d(data, "plan"), "prewarm")
 
 
 def _prewarm_failed(data: Mapping[str, Any]) -> bool:
@@ -263,8 +262,6 @@ def restart_decide(data: Mapping[str, Any]) -> Dict[str, Any]:
         "launch_due": replace and not check,
         # a --check run: the plan's own call says what the teardown would stop
         "plan_teardown": check,
-        # a forced restart of an unchanged server: the plan warmed nothing, the replacement does
-        "prewarm_here": replace and not plan.get("changed") and bool(data.get("prewarm")),
         "purge_dumps": purge,
         # the proof of work writes into the dump directory: only for a server this run launches
         "work": _work(data) if replace else {},
@@ -664,6 +661,6 @@ def restart_outcome(data: Mapping[str, Any]) -> Dict[str, Any]:
         "live": {k: live[k] for k in ("checked", "serving", "pid", "why")},
         # the restart's own steps as judged here: after a rollback (whose tasks register under
         # the same names) the second call judges these again
-        "steps": {k: data.get(k) for k in ("plan", "launch", "teardown", "ready", "prewarm_result", "run_tags",
+        "steps": {k: data.get(k) for k in ("plan", "launch", "teardown", "ready", "run_tags",
                                            "skip_tags") if k in data},
     }

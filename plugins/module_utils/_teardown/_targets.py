@@ -413,7 +413,7 @@ def _record_candidates(record: Optional[Mapping[str, object]], world: World, not
     starts: List[float] = []
     for key, start_key, label in (("pid", "start_time", "launch record main process"),
                                   ("supervisor_pid", "supervisor_start_time", "launch record supervisor")):
-        pid, start = record.get(key), record.get(start_key)
+        pid, start = record.get(key), _procs.record_start(record, start_key)
         if not isinstance(pid, int) or pid <= 1:
             continue
         proc = world.procs.get(pid)
