@@ -47,4 +47,4 @@ def test_the_steps_read_the_state_machines_decisions():
         text = fh.read()
     for decision in ("teardown_alone", "launch_due", "ready_due"):
         assert "when: __sglang_restart_decision.%s\n" % decision in text, decision
-    assert text.count("when: sglang_restart_result.rollback_due | default(false)\n") == 2
+    assert text.count("when: __sglang_restart_now.rollback_due | default(false)\n") == 2
