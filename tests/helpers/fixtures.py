@@ -131,7 +131,7 @@ def marked_pids(run_id: str = TEST_RUN_ID, state_prefix: Optional[str] = None) -
     cwd / open files lie under `state_prefix` (this pytest session's temp root)."""
     found = []
     needle = ("%s=%s" % (TEST_MARKER, run_id)).encode()
-    state_needle = ("LLMOPS_SGLANG_STATE_DIR=%s" % state_prefix).encode() if state_prefix else None
+    state_key = b"LLMOPS_SGLANG_STATE_DIR="
     mine = _own_ancestry()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in mine:
@@ -141,11 +141,19 @@ def marked_pids(run_id: str = TEST_RUN_ID, state_prefix: Optional[str] = None) -
                 items = fh.read().split(b"\0")
         except OSError:
             continue
-        if needle in items or (state_needle and any(i.startswith(state_needle) for i in items)):
+        if needle in items or (state_prefix and any(i.startswith(state_key) and path_under(
+                i[len(state_key):].decode("utf-8", "replace"), state_prefix) for i in items)):
             found.append(int(entry))
         elif state_prefix and _uses_path_under(int(entry), state_prefix):
             found.append(int(entry))
     return found
+
+
+def path_under(path: str, prefix: str) -> bool:
+    """`path` is `prefix` or inside it: a plain string prefix would take /tmp/pytest-8 for a part
+    of /tmp/pytest-81, another session's temp root (whose servers it would then kill)."""
+    prefix = prefix.rstrip("/") or "/"
+    return path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/")
 
 
 def _uses_path_under(pid: int, prefix: str) -> bool:
@@ -159,7 +167,7 @@ def _uses_path_under(pid: int, prefix: str) -> bool:
         return False
     for link in links:
         try:
-            if os.readlink(link).startswith(prefix):
+            if path_under(os.readlink(link), prefix):
                 return True
         except OSError:
             continue
