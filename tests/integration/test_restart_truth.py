@@ -85,26 +85,56 @@ def test_a_crash_seconds_after_ready_is_rolled_back_never_serving_new(one_host):
 
 # --- finding 3: interrupted during a slow start, then run again --------------------------------------
 
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    """Is `pid` (still) in the process tree under `ancestor`?"""
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            with open("/proc/%d/stat" % pid) as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
+
+
 def test_a_rerun_that_adopts_a_starting_server_holds_it_after_its_ready_line(one_host, tmp_path):
     inv, hv = one_host
-    slow = {"sglang_serving_env": {"SGLANG_EMULATOR_PHASE_SECONDS": "4", "SGLANG_EMULATOR_FAULT": "crash_after",
+    # 24 s or more from the launch to the ready line (four 6 s phases), so that the re-run finds
+    # it still starting on a loaded machine too; it dies 1.5 s after that line
+    slow = {"sglang_serving_env": {"SGLANG_EMULATOR_PHASE_SECONDS": "6", "SGLANG_EMULATOR_FAULT": "crash_after",
                                    "SGLANG_EMULATOR_CRASH_AFTER": "1.5"}}
     vars_file = tmp_path / "slow.json"
     vars_file.write_text(json.dumps(slow))
     log = str(tmp_path / "interrupted.log")
     proc = play_runs.start(inv, "restart_serving.yml", log, "-e", "@%s" % vars_file)
     try:
-        # Ctrl-C (here: the whole controller tree killed) once the server was launched, while it starts
-        assert wait_for(lambda: _record(hv) is not None, 120), open(log).read()[-3000:]
+        # Ctrl-C (here: the whole controller tree killed) while the run waits for the slow start:
+        # once the launch is done - its server recorded and running on its own, outside the
+        # controller's process tree (which a Ctrl-C never reaches past the launch either)
+        def launched() -> bool:
+            record = _record(hv)
+            return bool(record and isinstance(record.get("pid"), int)
+                        and not _descends_from(record["supervisor_pid"], proc.pid))
+        assert wait_for(launched, 120), open(log).read()[-3000:]
     finally:
         play_runs.kill_tree(proc.pid)
         proc.wait(30)
     record = _record(hv)
-    assert _procs.is_alive(record["pid"], record["start_time"])
+    assert isinstance(record["pid"], int) and _procs.is_alive(record["pid"], record["start_time"]), record
+    # still starting: no ready line yet, so the same command again finds a server that is starting
+    assert READY_LINE not in open(record["log_path"], errors="replace").read(), open(log).read()[-3000:]
     rerun, out = _play(inv, "restart_serving.yml", slow)
     # the adopted server died 1.5 s after its ready line: never 'serving', and the host fails
     assert rerun.returncode != 0, out[-4000:]
     assert not _head(out, hv).startswith("serving"), out[-4000:]
+    # ... and it was that server, adopted (no other one launched), that printed the line and died
+    assert READY_LINE in open(record["log_path"], errors="replace").read(), out[-4000:]
+    assert not _procs.is_alive(record["pid"], record["start_time"]), out[-4000:]
+    assert _record(hv)["launch_id"] == record["launch_id"], out[-4000:]
 
 
 # --- finding 6: the lock's line and the plan's status ---------------------------------------------------
