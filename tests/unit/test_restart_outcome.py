@@ -378,6 +378,17 @@ def test_the_tags_pick_one_call_or_the_teardown_alone():
     assert not restart_decide({"plan": PLAN_CHANGE, "run_tags": ["launch"]})["one_call"]
 
 
+def test_the_role_prefixed_tags_pick_the_same_steps():
+    """sglang_restart_<step> is the step's short tag; sglang_restart is every step."""
+    assert restart_decide({"plan": PLAN_CHANGE, "run_tags": ["sglang_restart"]})["one_call"]
+    alone = restart_decide({"plan": PLAN_CHANGE, "run_tags": ["sglang_restart_teardown"]})
+    assert alone["teardown_alone"] and not alone["one_call"]
+    assert not restart_decide({"plan": PLAN_CHANGE, "run_tags": ["sglang_restart_launch"]})["one_call"]
+    skipped = restart_decide({"plan": PLAN_CHANGE, "skip_tags": ["sglang_restart_launch"]})
+    assert skipped["teardown_alone"] and not skipped["one_call"]
+    assert not restart_decide({"plan": PLAN_CHANGE, "skip_tags": ["sglang_restart"]})["one_call"]
+
+
 def test_tags_that_pick_the_teardown_alone_leave_the_host_down_as_asked():
     data = {"plan": PLAN_CHANGE, "run_tags": ["teardown"], "teardown": TD, "live": DEAD}
     out = run(**data)

@@ -48,3 +48,27 @@ def test_the_steps_read_the_state_machines_decisions():
     for decision in ("teardown_alone", "launch_due", "ready_due"):
         assert "when: __sglang_restart_decision.%s\n" % decision in text, decision
     assert text.count("when: __sglang_restart_now.rollback_due | default(false)\n") == 2
+
+
+def test_every_task_of_the_restart_carries_a_role_prefixed_tag():
+    """node_exporter's habit: a step can be picked by `sglang_restart_<step>` (the short tags stay)."""
+    import yaml
+
+    def tasks(items):
+        for item in items or []:
+            yield item
+            for key in ("block", "rescue", "always"):
+                yield from tasks(item.get(key))
+
+    with open(os.path.join(ROOT, "roles", "sglang_restart", "tasks", "main.yml")) as fh:
+        doc = yaml.safe_load(fh)
+    missing = []
+    for task in tasks(doc):
+        if "block" in task:
+            continue
+        tags = task.get("tags") or []
+        if "always" in tags and tags == ["always"]:
+            continue  # bookkeeping that runs whatever the tags (set_fact, the rollback, the failure)
+        if not any(str(t).startswith("sglang_restart") for t in tags):
+            missing.append(task.get("name"))
+    assert not missing, missing

@@ -85,10 +85,12 @@ def _teardown(data: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def _selected(data: Mapping[str, Any], tag: str) -> bool:
-    """Does a task tagged `tag` run with this run's --tags / --skip-tags?"""
+    """Does the step tagged `tag` run with this run's --tags / --skip-tags? A step carries its
+    short tag, its role-prefixed one (`sglang_restart_<tag>`) and the role's (`sglang_restart`)."""
     run = set(data.get("run_tags") or ["all"])
     skip = set(data.get("skip_tags") or [])
-    return bool(run & {"all", "tagged", tag}) and not (skip & {"tagged", tag})
+    names = {tag, "sglang_restart_%s" % tag, "sglang_restart"}
+    return bool(run & ({"all", "tagged"} | names)) and not (skip & ({"tagged"} | names))
 
 
 def _tags(data: Mapping[str, Any]) -> Dict[str, bool]:
