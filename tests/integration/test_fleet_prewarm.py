@@ -2,7 +2,8 @@
 real sglang-router 0.3.2, emulated workers on this machine, each with its own small checkpoint
 written here): the next host's shards, evicted with posix_fadvise(DONTNEED) on the test's own
 files only, are resident before that host's teardown (its own restart reads nothing), and the
-prewarm's memory floor holds for the background prewarm too."""
+prewarm's memory floor holds for the background prewarm too. Both tests roll one fleet of three,
+brought up once for the file (the fleet a roll leaves serving is where the next one starts)."""
 from __future__ import annotations
 
 import os
@@ -41,15 +42,20 @@ def checkpoint(directory: str) -> List[str]:
     return [p for p in files if p != tokenizer]
 
 
-@pytest.fixture
-def fleet(tmp_path) -> Iterator[Dict[str, object]]:
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, object]]:
+    """Three workers, each with its own checkpoint, up (restart_serving.yml, all at once) behind
+    a router that has all three; stopped after the file's last test."""
     scratch = pc.scratch_dir("fleet-prewarm")
-    f = Fleet(str(tmp_path / "fleet"), size=3)
+    f = Fleet(str(tmp_path_factory.mktemp("fleet-prewarm") / "fleet"), size=3)
     models = {h: os.path.join(scratch, h) for h in f.hosts}
-    files = {h: checkpoint(models[h]) for h in f.hosts}
-    f.extra_host_vars = {h: {"sglang_model_path": models[h]} for h in f.hosts}
-    f.inventory = f.write_inventory()
     try:
+        files = {h: checkpoint(models[h]) for h in f.hosts}
+        f.extra_host_vars = {h: {"sglang_model_path": models[h]} for h in f.hosts}
+        f.inventory = f.write_inventory()
+        up = f.up()
+        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
+        f.start_router(router_python())
         yield {"fleet": f, "models": models, "files": files}
     finally:
         f.stop_router()
@@ -57,12 +63,20 @@ def fleet(tmp_path) -> Iterator[Dict[str, object]]:
         pc.remove(scratch)
 
 
+@pytest.fixture
+def fleet(served) -> Dict[str, object]:
+    """The shared fleet as a test needs it: every worker in the router, healthy (an earlier test
+    that failed may have left one out: then this test cannot start from a serving fleet)."""
+    f: Fleet = served["fleet"]
+    routed = f.router_workers()
+    assert sorted(w["url"] for w in routed) == sorted(f.worker_url(h) for h in f.hosts) \
+        and all(w["is_healthy"] for w in routed), "the shared fleet does not serve: %s" % routed
+    return served
+
+
 def test_the_next_host_is_warm_before_its_teardown(fleet) -> None:
     f: Fleet = fleet["fleet"]
     files: Dict[str, List[str]] = fleet["files"]
-    up = f.up()
-    assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
-    f.start_router(router_python())
     before = f.pids()
     for h in f.hosts:
         pc.evict(files[h])  # only the test's own files
@@ -104,14 +118,10 @@ def test_the_next_host_is_warm_before_its_teardown(fleet) -> None:
     assert all(pc.total_resident(files[h]) >= 0.9 * sum(os.path.getsize(p) for p in files[h]) for h in kept), reclaim
 
 
-def test_the_memory_floor_holds_and_a_variable_turns_it_off(fleet, tmp_path) -> None:
+def test_the_memory_floor_holds_and_a_variable_turns_it_off(fleet) -> None:
     f: Fleet = fleet["fleet"]
     files: Dict[str, List[str]] = fleet["files"]
-    f.hosts = ["w1", "w2"]  # two are enough here
-    up = f.play("restart_serving.yml", {"sglang_serial": "100%", "sglang_hosts": "w1:w2"})
-    assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
-    f.start_router(router_python())
-    for h in f.hosts:
+    for h in ("w1", "w2"):  # two are enough here: the rolls take w1 and w2 (w3 serves on)
         pc.evict(files[h])
 
     # a floor no host can keep (99% of RAM available): the background prewarm of w2 reads

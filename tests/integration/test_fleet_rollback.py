@@ -2,25 +2,72 @@
 (behind the real sglang-router 0.3.2, emulated workers, a small bounded load through the router):
 the rolled-back host, serving its OLD configuration and answering a real generation, goes back
 into the router; the roll stops there and the hosts after it are not touched. A host that ends
-DOWN (the rollback fails too) stays out."""
+DOWN (the rollback fails too) stays out.
+
+Both tests roll one fleet of three, brought up once for the file: the fleet the first roll leaves
+serving (w2 rolled back, all three in the router) is where the second starts."""
 from __future__ import annotations
 
+import os
 import shutil
+from typing import Any, Dict, Iterator
+
+import pytest
 
 from helpers.fleet import MODEL_DIR, Fleet, recap, router_python
 from helpers.loadgen import LoadGen
 
 
-def test_a_rolled_back_host_goes_back_into_the_router_and_the_roll_stops(fleet: Fleet) -> None:
-    up = fleet.up()
-    assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
-    fleet.start_router(router_python())
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
+    """Three workers up (restart_serving.yml, all at once) behind a router that has all three;
+    w1 serves a model directory of its own (a copy of the demo model: the second test removes
+    it). Stopped after the file's last test."""
+    top = tmp_path_factory.mktemp("fleet-rollback")
+    model = str(top / "model-w1")
+    shutil.copytree(MODEL_DIR, model)
+    base = {"w1": {"sglang_model_path": model}}
+    fleet = Fleet(str(top / "fleet"), size=3, extra_host_vars=base)
+    try:
+        up = fleet.up()
+        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
+        fleet.start_router(router_python())
+        yield {"fleet": fleet, "model": model, "base": base}
+    finally:
+        fleet.stop_router()
+        fleet.down()
+
+
+@pytest.fixture
+def fleet(served: Dict[str, Any]) -> Dict[str, Any]:
+    """The shared fleet as a test needs it: every worker in the router, healthy (an earlier test
+    that failed may have left one out: then this test cannot start from a serving fleet)."""
+    f: Fleet = served["fleet"]
+    routed = f.router_workers()
+    assert sorted(w["url"] for w in routed) == sorted(f.worker_url(h) for h in f.hosts) \
+        and all(w["is_healthy"] for w in routed), "the shared fleet does not serve: %s" % routed
+    return served
+
+
+def _faulty(served: Dict[str, Any], host: str, **more: Any) -> str:
+    """An inventory of the fleet where `host`'s next server dies while loading (the emulator's
+    "Not enough memory")."""
+    f: Fleet = served["fleet"]
+    f.extra_host_vars = {h: dict(v) for h, v in served["base"].items()}
+    f.extra_host_vars.setdefault(host, {}).update(sglang_serving_env={"SGLANG_EMULATOR_FAULT": "oom"}, **more)
+    try:
+        return f.write_inventory(os.path.join(f.workdir, "faulty-%s.json" % host))
+    finally:
+        f.extra_host_vars = served["base"]
+
+
+def test_a_rolled_back_host_goes_back_into_the_router_and_the_roll_stops(fleet: Dict[str, Any]) -> None:
+    served, fleet = fleet, fleet["fleet"]
     before = {h: fleet.record(h) for h in fleet.hosts}
     ids = {w["url"]: w["id"] for w in fleet.router_workers()}
     # the new configuration (one more argument) for every host; w2's new server dies while
     # loading (the emulator's "Not enough memory"), so its restart rolls back to the old one
-    fleet.extra_host_vars = {"w2": {"sglang_serving_env": {"SGLANG_EMULATOR_FAULT": "oom"}}}
-    inventory = fleet.write_inventory(fleet.workdir + "/faulty.json")
+    inventory = _faulty(served, "w2")
     load = LoadGen(fleet.router_url, model=MODEL_DIR, clients=2, stream_tokens=(20, 30), max_requests=400).start()
     try:
         roll = fleet.play("restart_fleet.yml", {"sglang_serving_args": {"mem-fraction-static": 0.6}},
@@ -66,32 +113,25 @@ def test_a_rolled_back_host_goes_back_into_the_router_and_the_roll_stops(fleet: 
     assert summary["total"] >= 5, summary
 
 
-def test_a_host_that_ends_down_stays_out(tmp_path) -> None:
+def test_a_host_that_ends_down_stays_out(fleet: Dict[str, Any]) -> None:
     """The rollback fails too (the old configuration's model directory is gone): the host is
     DOWN, it is not put back into the router, and the roll stops before the next host."""
-    model = tmp_path / "model-w1"
-    shutil.copytree(MODEL_DIR, str(model))
-    fleet = Fleet(str(tmp_path / "fleet"), size=2, extra_host_vars={"w1": {"sglang_model_path": str(model)}})
-    try:
-        up = fleet.up()
-        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
-        fleet.start_router(router_python())
-        before = fleet.pids()
-        ids = {w["url"]: w["id"] for w in fleet.router_workers()}
-        shutil.rmtree(str(model))  # the previous configuration can no longer start
-        fleet.extra_host_vars = {"w1": {"sglang_serving_env": {"SGLANG_EMULATOR_FAULT": "oom"}}}
-        roll = fleet.play("restart_fleet.yml", {"sglang_force": True},
-                          inventory=fleet.write_inventory(fleet.workdir + "/faulty.json"))
-        out = roll.stdout + roll.stderr
-        assert roll.returncode != 0, out[-5000:]
-        stops = [line for line in out.splitlines() if "Action failed: rolling restart of w1" in line]
-        assert len(stops) == 1, out[-5000:]
-        assert "DOWN (no server: the rollback failed too)" in stops[0], stops[0]  # docs/roles.md, state down
-        assert "is left out of the router. The roll stops here: w2 not touched." in stops[0], stops[0]
-        assert [w["url"] for w in fleet.router_workers()] == [fleet.worker_url("w2")]
-        assert fleet.router_workers()[0]["id"] == ids[fleet.worker_url("w2")]
-        assert fleet.record("w2")["pid"] == before["w2"]
-        assert set(recap(out)) == {"w1"}, recap(out)
-    finally:
-        fleet.stop_router()
-        fleet.down()
+    served, fleet = fleet, fleet["fleet"]
+    rest = ["w2", "w3"]  # the hosts after the failing one
+    before = fleet.pids()
+    ids = {w["url"]: w["id"] for w in fleet.router_workers()}
+    shutil.rmtree(served["model"])  # w1's previous configuration can no longer start
+    # the new one (the demo model itself) dies while loading
+    roll = fleet.play("restart_fleet.yml", {"sglang_force": True},
+                      inventory=_faulty(served, "w1", sglang_model_path=MODEL_DIR))
+    out = roll.stdout + roll.stderr
+    assert roll.returncode != 0, out[-5000:]
+    stops = [line for line in out.splitlines() if "Action failed: rolling restart of w1" in line]
+    assert len(stops) == 1, out[-5000:]
+    assert "DOWN (no server: the rollback failed too)" in stops[0], stops[0]  # docs/roles.md, state down
+    assert "is left out of the router. The roll stops here: w2, w3 not touched." in stops[0], stops[0]
+    assert sorted(w["url"] for w in fleet.router_workers()) == sorted(fleet.worker_url(h) for h in rest)
+    assert {w["url"]: w["id"] for w in fleet.router_workers()} == {fleet.worker_url(h): ids[fleet.worker_url(h)]
+                                                                   for h in rest}
+    assert all(fleet.pids()[h] == before[h] for h in rest)
+    assert set(recap(out)) == {"w1"}, recap(out)

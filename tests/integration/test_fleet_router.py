@@ -7,12 +7,16 @@ steady load of multi-second streams and plain requests through the router:
 - a host whose new server fails stays out of the router, the roll stops, the rest serves;
 - the load generator does count a stream cut by a killed server (so zero means zero);
 - the module against an old router with the legacy API (sglang-router 0.1.9).
+
+The roll tests share one fleet of three workers behind one router, brought up once for the file:
+the fleet a roll leaves serving is where the next one starts (each test checks that it is).
 """
 from __future__ import annotations
 
 import os
 import re
 import signal
+from typing import Iterator
 
 import pytest
 import requests
@@ -27,10 +31,32 @@ def router_py() -> str:
     return router_python()
 
 
-def test_roll_behind_the_router_under_load_fails_no_request(fleet: Fleet, router_py: str) -> None:
-    up = fleet.up()
-    assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
-    fleet.start_router(router_py)
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, router_py: str) -> Iterator[Fleet]:
+    """Three workers up (restart_serving.yml, all at once) behind a router that has all three;
+    stopped after the file's last test."""
+    fleet = Fleet(str(tmp_path_factory.mktemp("fleet-router") / "fleet"), size=3)
+    try:
+        up = fleet.up()
+        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
+        fleet.start_router(router_py)
+        yield fleet
+    finally:
+        fleet.stop_router()
+        fleet.down()
+
+
+def _serving(fleet: Fleet) -> Fleet:
+    """The shared fleet as a test needs it: every worker in the router, healthy (an earlier test
+    that failed may have left one out: then this test cannot start from a serving fleet)."""
+    routed = fleet.router_workers()
+    assert sorted(w["url"] for w in routed) == sorted(fleet.worker_url(h) for h in fleet.hosts) \
+        and all(w["is_healthy"] for w in routed), "the shared fleet does not serve: %s" % routed
+    return fleet
+
+
+def test_roll_behind_the_router_under_load_fails_no_request(served: Fleet) -> None:
+    fleet = _serving(served)
     before = fleet.pids()
     load = LoadGen(fleet.router_url, model=MODEL_DIR, clients=6).start()
     health = HealthSampler(fleet.router_url, [fleet.worker_url(h) for h in fleet.hosts])
@@ -75,47 +101,44 @@ def test_roll_behind_the_router_under_load_fails_no_request(fleet: Fleet, router
     assert fleet.pids() == after
 
 
-def test_a_host_that_fails_stays_out_and_the_roll_stops(tmp_path, router_py: str) -> None:
-    fleet = Fleet(str(tmp_path / "fleet"), size=2)
+def test_a_host_that_fails_stays_out_and_the_roll_stops(served: Fleet) -> None:
+    fleet = _serving(served)
+    rest = ["w2", "w3"]  # the hosts after the failing one
+    before = fleet.pids()
+    routed = {w["url"]: w["id"] for w in fleet.router_workers()}
+    # w1's next server dies while loading (the emulator's "Not enough memory")
+    # rollback off: the host ends DOWN (a rolled-back host goes back in: test_fleet_rollback.py)
+    fleet.extra_host_vars = {"w1": {"sglang_serving_env": {"SGLANG_EMULATOR_FAULT": "oom"},
+                                    "sglang_restart_rollback": False}}
+    broken = fleet.write_inventory(os.path.join(fleet.workdir, "broken.json"))
+    fleet.extra_host_vars = {}
+    load = LoadGen(fleet.router_url, model=MODEL_DIR, clients=4).start()
     try:
-        up = fleet.up()
-        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
-        fleet.start_router(router_py)
-        before = fleet.pids()
-        routed = {w["url"]: w["id"] for w in fleet.router_workers()}
-        # w1's next server dies while loading (the emulator's "Not enough memory")
-        # rollback off: the host ends DOWN (a rolled-back host goes back in: test_fleet_rollback.py)
-        fleet.extra_host_vars = {"w1": {"sglang_serving_env": {"SGLANG_EMULATOR_FAULT": "oom"},
-                                        "sglang_restart_rollback": False}}
-        broken = fleet.write_inventory(os.path.join(fleet.workdir, "broken.json"))
-        load = LoadGen(fleet.router_url, model=MODEL_DIR, clients=4).start()
-        try:
-            roll = fleet.play("restart_fleet.yml", {"sglang_force": True}, inventory=broken)
-        finally:
-            load.stop()
-        out = roll.stdout + roll.stderr
-        assert roll.returncode != 0
-        assert "is left out of the router" in out, out[-5000:]
-        # the roll stopped: w2's batch never started (ansible ends a serial play whose whole batch
-        # failed; with wider batches the playbook's guard stops the next ones)
-        assert set(recap(out)) == {"w1"}, recap(out)
-        # w1 is out; w2 was not touched and serves alone; no client request failed
-        assert [w["url"] for w in fleet.router_workers()] == [fleet.worker_url("w2")]
-        assert fleet.router_workers()[0]["id"] == routed[fleet.worker_url("w2")]
-        assert fleet.pids()["w2"] == before["w2"]
-        assert load.summary()["failed"] == 0, load.summary()
-        # the next run (fault gone) restarts w1, checks it and puts it back; w2 stays untouched
-        fix = fleet.play("restart_fleet.yml")
-        out = fix.stdout + fix.stderr
-        assert fix.returncode == 0, out[-5000:]
-        now = {w["url"]: w for w in fleet.router_workers()}
-        assert sorted(now) == sorted(fleet.worker_url(h) for h in fleet.hosts)
-        assert all(w["is_healthy"] for w in now.values())
-        assert now[fleet.worker_url("w2")]["id"] == routed[fleet.worker_url("w2")]
-        assert fleet.pids()["w2"] == before["w2"] and recap(out)["w2"]["changed"] == 0
+        roll = fleet.play("restart_fleet.yml", {"sglang_force": True}, inventory=broken)
     finally:
-        fleet.stop_router()
-        fleet.down()
+        load.stop()
+    out = roll.stdout + roll.stderr
+    assert roll.returncode != 0
+    assert "is left out of the router" in out, out[-5000:]
+    # the roll stopped: w2's batch never started (ansible ends a serial play whose whole batch
+    # failed; with wider batches the playbook's guard stops the next ones)
+    assert set(recap(out)) == {"w1"}, recap(out)
+    # w1 is out; w2 and w3 were not touched and serve; no client request failed
+    assert sorted(w["url"] for w in fleet.router_workers()) == sorted(fleet.worker_url(h) for h in rest)
+    assert {w["url"]: w["id"] for w in fleet.router_workers()} == {fleet.worker_url(h): routed[fleet.worker_url(h)]
+                                                                   for h in rest}
+    assert all(fleet.pids()[h] == before[h] for h in rest)
+    assert load.summary()["failed"] == 0, load.summary()
+    # the next run (fault gone) restarts w1, checks it and puts it back; w2 and w3 stay untouched
+    fix = fleet.play("restart_fleet.yml")
+    out = fix.stdout + fix.stderr
+    assert fix.returncode == 0, out[-5000:]
+    now = {w["url"]: w for w in fleet.router_workers()}
+    assert sorted(now) == sorted(fleet.worker_url(h) for h in fleet.hosts)
+    assert all(w["is_healthy"] for w in now.values())
+    for h in rest:
+        assert now[fleet.worker_url(h)]["id"] == routed[fleet.worker_url(h)]
+        assert fleet.pids()[h] == before[h] and recap(out)[h]["changed"] == 0
 
 
 def test_the_load_generator_counts_a_cut_stream(spawn, tmp_path) -> None:
