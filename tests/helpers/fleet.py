@@ -16,7 +16,8 @@ import subprocess
 import tempfile
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
 
 import requests
 
@@ -186,6 +187,13 @@ class Fleet:
         session.trust_env = False
         return list(session.get(self.router_url + "/workers", timeout=5).json()["workers"])
 
+    def assert_serving(self) -> None:
+        """Every worker in the router and healthy: where a test of a shared fleet starts (an
+        earlier test that failed may have left one out: then this one cannot start)."""
+        routed = self.router_workers()
+        assert sorted(w["url"] for w in routed) == sorted(self.worker_url(h) for h in self.hosts) \
+            and all(w["is_healthy"] for w in routed), "the shared fleet does not serve: %s" % routed
+
     # -- the workers ----------------------------------------------------------------------------
     def record(self, host: str) -> Dict[str, Any]:
         with open(os.path.join(self.state_dir(host), "%s.json" % self.name(host))) as fh:
@@ -193,6 +201,20 @@ class Fleet:
 
     def pids(self) -> Dict[str, int]:
         return {h: int(self.record(h)["pid"]) for h in self.hosts}
+
+
+@contextmanager
+def routed(fleet: Fleet, router_py: Optional[str] = None) -> Iterator[Fleet]:
+    """The fleet up (restart_serving.yml, all at once) behind a router that has every worker;
+    the router stopped and the workers torn down on the way out, whatever happened."""
+    try:
+        up = fleet.up()
+        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
+        fleet.start_router(router_py or router_python())
+        yield fleet
+    finally:
+        fleet.stop_router()
+        fleet.down()
 
 
 def recap(out: str) -> Dict[str, Dict[str, int]]:

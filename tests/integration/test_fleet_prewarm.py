@@ -14,7 +14,7 @@ from typing import Dict, Iterator, List
 import pytest
 
 from helpers import pagecache as pc
-from helpers.fleet import MODEL_DIR, Fleet, router_python
+from helpers.fleet import MODEL_DIR, Fleet, routed
 
 SHARD = 16 * pc.MIB
 
@@ -53,24 +53,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, objec
         files = {h: checkpoint(models[h]) for h in f.hosts}
         f.extra_host_vars = {h: {"sglang_model_path": models[h]} for h in f.hosts}
         f.inventory = f.write_inventory()
-        up = f.up()
-        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
-        f.start_router(router_python())
-        yield {"fleet": f, "models": models, "files": files}
+        with routed(f):
+            yield {"fleet": f, "models": models, "files": files}
     finally:
-        f.stop_router()
-        f.down()
         pc.remove(scratch)
 
 
 @pytest.fixture
 def fleet(served) -> Dict[str, object]:
-    """The shared fleet as a test needs it: every worker in the router, healthy (an earlier test
-    that failed may have left one out: then this test cannot start from a serving fleet)."""
-    f: Fleet = served["fleet"]
-    routed = f.router_workers()
-    assert sorted(w["url"] for w in routed) == sorted(f.worker_url(h) for h in f.hosts) \
-        and all(w["is_healthy"] for w in routed), "the shared fleet does not serve: %s" % routed
+    """The shared fleet, every worker in the router and healthy."""
+    served["fleet"].assert_serving()
     return served
 
 

@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator
 
 import pytest
 
-from helpers.fleet import MODEL_DIR, Fleet, recap, router_python
+from helpers.fleet import MODEL_DIR, Fleet, recap, routed
 from helpers.loadgen import LoadGen
 
 
@@ -27,25 +27,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]
     model = str(top / "model-w1")
     shutil.copytree(MODEL_DIR, model)
     base = {"w1": {"sglang_model_path": model}}
-    fleet = Fleet(str(top / "fleet"), size=3, extra_host_vars=base)
-    try:
-        up = fleet.up()
-        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
-        fleet.start_router(router_python())
+    with routed(Fleet(str(top / "fleet"), size=3, extra_host_vars=base)) as fleet:
         yield {"fleet": fleet, "model": model, "base": base}
-    finally:
-        fleet.stop_router()
-        fleet.down()
 
 
 @pytest.fixture
 def fleet(served: Dict[str, Any]) -> Dict[str, Any]:
-    """The shared fleet as a test needs it: every worker in the router, healthy (an earlier test
-    that failed may have left one out: then this test cannot start from a serving fleet)."""
-    f: Fleet = served["fleet"]
-    routed = f.router_workers()
-    assert sorted(w["url"] for w in routed) == sorted(f.worker_url(h) for h in f.hosts) \
-        and all(w["is_healthy"] for w in routed), "the shared fleet does not serve: %s" % routed
+    """The shared fleet, every worker in the router and healthy."""
+    served["fleet"].assert_serving()
     return served
 
 

@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from helpers.fixtures import emulator_python_path, free_port, run_module, wait_for
-from helpers.fleet import MODEL_DIR, Fleet, recap, router_python
+from helpers.fleet import MODEL_DIR, Fleet, recap, routed, router_python
 from helpers.loadgen import HealthSampler, LoadGen
 
 
@@ -35,23 +35,13 @@ def router_py() -> str:
 def served(tmp_path_factory: pytest.TempPathFactory, router_py: str) -> Iterator[Fleet]:
     """Three workers up (restart_serving.yml, all at once) behind a router that has all three;
     stopped after the file's last test."""
-    fleet = Fleet(str(tmp_path_factory.mktemp("fleet-router") / "fleet"), size=3)
-    try:
-        up = fleet.up()
-        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
-        fleet.start_router(router_py)
+    with routed(Fleet(str(tmp_path_factory.mktemp("fleet-router") / "fleet"), size=3), router_py) as fleet:
         yield fleet
-    finally:
-        fleet.stop_router()
-        fleet.down()
 
 
 def _serving(fleet: Fleet) -> Fleet:
-    """The shared fleet as a test needs it: every worker in the router, healthy (an earlier test
-    that failed may have left one out: then this test cannot start from a serving fleet)."""
-    routed = fleet.router_workers()
-    assert sorted(w["url"] for w in routed) == sorted(fleet.worker_url(h) for h in fleet.hosts) \
-        and all(w["is_healthy"] for w in routed), "the shared fleet does not serve: %s" % routed
+    """The shared fleet, every worker in the router and healthy."""
+    fleet.assert_serving()
     return fleet
 
 
