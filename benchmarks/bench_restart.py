@@ -41,6 +41,8 @@ EXTRACTION_ARGS = ["--disable-cuda-graph", "--disable-radix-cache", "--disable-c
 # targets; applied here as ratios of the same run (target / before).
 TARGET_OVERHEAD_RATIO = 3.5 / 6.3
 TARGET_NOOP_RATIO = 3.0 / 5.2
+# The restart overhead ratio measured before the third security review (its code must not add to it)
+TARGET_LEAN_RATIO = 0.51
 # NEW without what it added after OLD (OLD does neither): the prewarm and the settle window
 LEAN_VARS = {"sglang_restart_prewarm": False, "sglang_settle": 0, "sglang_hold": 0}
 
@@ -249,6 +251,14 @@ def report(data: Dict[str, Any], fig_dir: str = "", fig_prefix: str = "") -> Dic
          "value": "OLD +%s, NEW +%s: NEW/OLD %s (LEAN, without prewarm, settle and hold: +%s, LEAN/OLD %s)" % (
              C.fmt_s(fig["old"]["overhead"], 1), C.fmt_s(fig["new"]["overhead"], 1), _fmt_ratio(ratio["overhead"]),
              C.fmt_s(fig.get("lean", {}).get("overhead"), 1), _fmt_ratio(lean.get("overhead")))},
+        # The hold is a truth rule (a server that dies seconds after its ready line must not be
+        # called serving), not code cost: the code's own overhead is judged without it (LEAN).
+        {"target": "The restart's code (LEAN: no prewarm, settle or hold) no slower than before the third "
+                   "security review (LEAN/OLD <= %.2f in the same run)" % TARGET_LEAN_RATIO,
+         "met": lean.get("overhead") is not None and lean["overhead"] <= TARGET_LEAN_RATIO,
+         "value": "LEAN +%s, OLD +%s: LEAN/OLD %s" % (
+             C.fmt_s(fig.get("lean", {}).get("overhead"), 1), C.fmt_s(fig["old"]["overhead"], 1),
+             _fmt_ratio(lean.get("overhead")))},
         {"target": "Converged no-op run at most 3 s where it was 5.2 s (NEW/OLD <= %.2f in the same run)"
                    % TARGET_NOOP_RATIO,
          "met": ratio["noop"] is not None and ratio["noop"] <= TARGET_NOOP_RATIO,
