@@ -112,7 +112,9 @@ class ActionModule(ActionBase):
                 data["live"] = {k: v for k, v in live.items() if k not in ("log_tail", "log_events")}
             due = restart_rollback(data)["due"] and not args.get("final")
             lock = args.get("release_lock")
-            if isinstance(lock, Mapping) and lock.get("name") and not due:
+            # only a lock this run still holds (not a --check run, not given back by the readiness
+            # wait): decided here, from the same data, instead of the role's Jinja
+            if isinstance(lock, Mapping) and lock.get("name") and not due and restart_decide(data)["release_at_end"]:
                 released = self._run_module(L.LOCK_MODULE, {
                     "name": lock["name"], "state_dir": lock.get("state_dir"), "state": "absent",
                     "holder": L.holder(task_vars)}, task_vars)

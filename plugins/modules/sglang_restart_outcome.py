@@ -43,7 +43,8 @@ options:
     type: float
     default: 0
   release_lock:
-    description: C(name) and C(state_dir) of the operation lock to give back (this run's, by its holder), unless a
+    description: C(name) and C(state_dir) of the operation lock to give back (this run's, by its holder) when the
+      state machine says this run still holds it (not in check mode, not given back by the readiness wait), unless a
       rollback is due.
     type: dict
   final:

@@ -45,8 +45,10 @@ def test_no_when_has_more_than_three_conditions():
 def test_the_steps_read_the_state_machines_decisions():
     with open(os.path.join(ROOT, "roles", "sglang_restart", "tasks", "main.yml")) as fh:
         text = fh.read()
+    # the decisions after the plan (and after the launch), rendered once each and kept
     for decision in ("teardown_alone", "launch_due", "ready_due"):
-        assert "when: __sglang_restart_decision.%s\n" % decision in text, decision
+        assert "when: __sglang_restart_decided.%s\n" % decision in text, decision
+    assert text.count('__sglang_restart_decided: "{{ __sglang_restart_decision }}"\n') == 2
     assert text.count("when: __sglang_restart_now.rollback_due | default(false)\n") == 2
 
 
