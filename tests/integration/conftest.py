@@ -34,13 +34,56 @@ SLOW_FILES = {
 }
 
 
+# Long files whose tests are independent of each other (each brings up and tears down its own
+# instance: per-test tmp_path, host vars, ports; no fixture above function scope but session's):
+# their tests are scheduled one by one, side by side on any worker, instead of the whole file on
+# one worker in order. A file of seven restarts on one worker was the run's critical path (the
+# layer could not end before it), however idle the other workers were. A file listed here that
+# gains a module- or class-scoped fixture fails the collection (below): remove it from here, or
+# keep the fixture function-scoped.
+SPLIT_FILES = {
+    "test_restart_truth.py",
+    "test_rollback_last_good.py",
+    "test_rollback_extraction.py",
+    "test_rollback.py",
+    "test_restart_role_options.py",
+    "test_restart_identity.py",
+    "test_ready_progress.py",
+    "test_plan_lock.py",
+    "test_settings_reach.py",
+}
+
+
 def _file(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+def _unit(nodeid: str) -> str:
+    """The scheduling unit of a test: its file, or the test itself in a SPLIT_FILES file."""
+    path = _file(nodeid)
+    return nodeid if os.path.basename(path) in SPLIT_FILES else path
+
+
+def _shared_fixtures(item: pytest.Item) -> List[str]:
+    """The fixtures of `item` that outlive one test but not the session (module, class, package)."""
+    info = getattr(item, "_fixtureinfo", None)
+    shared = []
+    for name, defs in (info.name2fixturedefs.items() if info is not None else ()):
+        if defs and defs[-1].scope not in ("function", "session"):
+            shared.append(name)
+    return shared
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     """The files in SLOW_FILES order, then the rest by number of tests; a file's own tests keep
-    their order (the sort is stable and its key is the file's)."""
+    their order (the sort is stable and its key is the file's). A test of a SPLIT_FILES file
+    counts as the file's figure shared by its tests."""
+    for item in items:
+        if os.path.basename(_file(item.nodeid)) in SPLIT_FILES and _shared_fixtures(item):
+            raise pytest.UsageError(
+                "%s: its tests share %s (scope above function), but the file is in SPLIT_FILES "
+                "(tests/integration/conftest.py), whose tests run side by side on any worker: remove it "
+                "from SPLIT_FILES" % (item.nodeid, ", ".join(_shared_fixtures(item))))
     counts = Counter(_file(item.nodeid) for item in items)
     first = {}
     for i, item in enumerate(items):
@@ -48,7 +91,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
 
     def key(item: pytest.Item):
         path = _file(item.nodeid)
-        return (-SLOW_FILES.get(os.path.basename(path), 0), -counts[path], first[path])
+        seconds = SLOW_FILES.get(os.path.basename(path), 0)
+        if os.path.basename(path) in SPLIT_FILES:
+            seconds = seconds / counts[path]
+        return (-seconds, -counts[path], first[path])
 
     items.sort(key=key)
 
@@ -77,6 +123,9 @@ if LoadFileScheduling is not None:
             if self._pending_of(self.assigned_work[node]) > 1:
                 return
             self._assign_work_unit(node)
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(config: pytest.Config, log) -> Optional[LoadFileScheduling]:

@@ -1,13 +1,13 @@
 """The restart's operation lock without tasks of its own: sglang_launch's plan takes it in the same
 call (`operation_lock`), sglang_ready gives it back once the server is ready (`release_lock`); the
 plan also warms the new weights (`prewarm`). Module calls get the holder the way the action plugin
-gives it; the playbook test checks the restart runs no lock or prewarm task and leaves no lock."""
+gives it. That the restart runs no lock or prewarm task and leaves no lock is asserted on the
+playbook runs of test_ready_progress.py."""
 from __future__ import annotations
 
 import os
 from typing import Any, Dict
 
-from helpers import play_runs
 from helpers.fixtures import ROOT, free_port, run_module
 from helpers.warnings import warnings_of
 from test_ready import launch, log_file, ready  # noqa: F401  # pylint: disable=unused-import
@@ -106,22 +106,7 @@ def test_ready_gives_the_lock_back_only_when_ready_and_only_its_own(spawn, emula
     assert not os.path.exists(taken["lock_path"])
 
 
-def test_a_restart_runs_no_lock_or_prewarm_task_and_leaves_no_lock(tmp_path):
-    hv = play_runs.host_vars(str(tmp_path), "h1")
-    inv = play_runs.write_inventory(str(tmp_path / "inventory.yml"), {"h1": hv})
-    lock_file = os.path.join(hv["sglang_state_dir"], "%s.restart.lock" % hv["sglang_name"])
-    try:
-        for fraction in ("0.85", "0.88"):  # a first launch, then a real restart
-            run = play_runs.play(inv, "restart_extraction.yml", "-e", "sglang_extraction_mem_fraction_static=" + fraction)
-            out = run.stdout + run.stderr
-            assert run.returncode == 0, out[-4000:]
-            assert "lock: taken (%s); released" % lock_file in out, out[-3000:]
-            assert not os.path.exists(lock_file)
-            # the lock is the plan's and the ready call's: no task of its own runs (a skipped
-            # task says nothing: ansible.cfg's display_skipped_hosts)
-            assert "TASK [llmops.sglang.sglang_restart : Take the operation lock" not in out
-            assert "Release the operation lock" not in out, out[-3000:]
-            # the plan warmed (the demo model has no weight files: said, no failure); no prewarm module task
-            assert "TASK [llmops.sglang.sglang_restart : Warm the new weights" not in out, out[-3000:]
-    finally:
-        play_runs.teardown(inv)
+# That a restart runs no lock or prewarm task and leaves no lock (a first launch, then a real
+# restart, through restart_extraction.yml): tests/integration/test_ready_progress.py::
+# test_restart_extraction_shows_progress_before_the_ready_line asserts it on its own two runs of
+# the same playbook, where this file ran the playbook twice more for it.

@@ -66,13 +66,31 @@ def _stage(text: str) -> int:
     raise AssertionError("not a progress line: %r" % text)
 
 
+def _no_lock_or_prewarm_task(out: str, lock_file: str) -> None:
+    """The restart's operation lock is the plan's and the ready call's: taken and given back, no
+    task of its own runs and none is left; the plan warmed (the demo model has no weight files:
+    said, no failure), no prewarm module task."""
+    assert "lock: taken (%s); released" % lock_file in out, out[-3000:]
+    assert not os.path.exists(lock_file)
+    assert "TASK [llmops.sglang.sglang_restart : Take the operation lock" not in out
+    assert "Release the operation lock" not in out, out[-3000:]
+    assert "TASK [llmops.sglang.sglang_restart : Warm the new weights" not in out, out[-3000:]
+
+
 def test_restart_extraction_shows_progress_before_the_ready_line(tmp_path):
+    """A first launch with a slow start shows the wait's progress; it and a real restart after it
+    (a new --mem-fraction-static, a quick start) run no lock or prewarm task and leave no lock
+    (the playbook test of tests/integration/test_plan_lock.py, which ran the same playbook twice
+    for it, is these two runs)."""
     name = "itest-prog-%s" % uuid.uuid4().hex[:6]
     extra = _extra(tmp_path, name)
+    lock_file = os.path.join(extra["sglang_state_dir"], "%s.restart.lock" % name)
+    playbook = os.path.join(ROOT, "playbooks", "restart_extraction.yml")
     try:
-        run = _play(os.path.join(ROOT, "playbooks", "restart_extraction.yml"), extra, BANNER_FIRST)
+        run = _play(playbook, extra, BANNER_FIRST)
         out = run.stdout
         assert run.returncode == 0, (out + run.stderr)[-4000:]
+        _no_lock_or_prewarm_task(out + run.stderr, lock_file)
         lines = _ours(out, name)
         ready = [i for i, text in enumerate(lines) if text.startswith("ready in ")]
         assert len(ready) == 1 and ready[0] == len(lines) - 1, lines
@@ -100,6 +118,20 @@ def test_restart_extraction_shows_progress_before_the_ready_line(tmp_path):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
         with open(path) as fh:
             assert json.load(fh)["start_seconds"] > 0
+
+        # a real restart of the running server: the lock again taken by the plan, given back by
+        # the ready call (ansible.cfg's display: a skipped task says nothing)
+        quick = {"SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}
+        record = os.path.join(extra["sglang_state_dir"], "%s.json" % name)
+        with open(record) as fh:
+            first_launch = json.load(fh)["launch_id"]
+        again = _play(playbook, dict(extra, sglang_extraction_env=quick, sglang_env=quick,
+                                     sglang_extraction_mem_fraction_static=0.85))
+        out = again.stdout + again.stderr
+        assert again.returncode == 0, out[-4000:]
+        with open(record) as fh:
+            assert json.load(fh)["launch_id"] != first_launch, out[-3000:]
+        _no_lock_or_prewarm_task(out, lock_file)
     finally:
         down = _play(os.path.join(ROOT, "playbooks", "teardown.yml"), extra)
         assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]
@@ -127,7 +159,7 @@ def test_a_machine_format_callback_gets_no_progress_lines(tmp_path):
 
 # --- the module's slices, resumed as the action plugin resumes them -------------------------------
 
-def _sliced(state_dir: str, name: str, seconds: float = 0.5, **args: Any):
+def _sliced(state_dir: str, name: str, seconds: float = 1.0, **args: Any):
     params = dict({"name": name, "state_dir": state_dir, "timeout": 60, "poll_interval": 0.1, "settle": 0.5,
                    "slice_seconds": seconds}, **args)
     resume: Dict[str, Any] = {}
