@@ -1,4 +1,5 @@
-"""The order in which `--dist loadfile` hands the integration test files to the workers."""
+"""The order in which `--dist loadfile` hands the integration test files (or, for SPLIT_FILES, their
+tests) to the workers."""
 from __future__ import annotations
 
 import os
@@ -9,28 +10,33 @@ import pytest
 
 
 # The slow files, longest first, as measured in a whole run of this layer (4 workers on the
-# 2-core machine, seconds per file, its tests' setup + call + teardown): the workers take them
+# 2-core machine, seconds per file, its tests' setup + call + teardown; a SPLIT_FILES file's
+# tests each count as its figure divided by their number): the workers take them
 # first, so that no long file starts when the others are nearly done (xdist's own order is by
 # number of tests, which put the long files of one or two tests last, and the run ended with one
 # worker still busy for minutes). A file not listed comes after them (most tests first, as xdist
 # orders them). Only the order changes, never what a test does; update the figures when a file
 # becomes much slower or faster.
 SLOW_FILES = {
-    "test_restart_truth.py": 700,
-    "test_fleet_router.py": 500,
-    "test_fleet_prewarm.py": 500,
-    "test_rollback_last_good.py": 310,
-    "test_restart_identity.py": 300,
-    "test_rollback_extraction.py": 290,
-    "test_rollback.py": 220,
-    "test_ready_progress.py": 195,
-    "test_fleet_rollback.py": 175,
-    "test_restart_role_options.py": 155,
-    "test_restart_compile_cache.py": 150,
-    "test_demo.py": 125,
-    "test_plan_lock.py": 120,
-    "test_instance_conflict.py": 115,
-    "test_drain_progress.py": 95,
+    # measured 2026-12-07 (1075 s run, 4 workers, load average 11-15 from other work on the machine)
+    "test_restart_truth.py": 549,
+    "test_fleet_router.py": 381,
+    "test_fleet_prewarm.py": 373,
+    "test_rollback_last_good.py": 313,
+    "test_fleet_rollback.py": 242,
+    "test_demo.py": 211,
+    "test_rollback_extraction.py": 190,
+    "test_restart_role_options.py": 175,
+    "test_ready_progress.py": 170,
+    "test_rollback.py": 148,
+    "test_restart_compile_cache.py": 121,
+    "test_restart_replace_call.py": 106,
+    "test_restart_identity.py": 93,
+    "test_drain_progress.py": 88,
+    "test_restart_stall.py": 69,
+    "test_instance_conflict.py": 57,
+    "test_ready.py": 45,
+    "test_restart_inject_facts_off.py": 38,
 }
 
 
