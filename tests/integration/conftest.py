@@ -3,8 +3,9 @@ tests) to the workers."""
 from __future__ import annotations
 
 import os
+import resource
 from collections import Counter
-from typing import List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import pytest
 
@@ -103,6 +104,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         return (-seconds, -counts[path], first[path])
 
     items.sort(key=key)
+
+
+def _cpu_used() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    _CPU_START[nodeid] = _cpu_used()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """The CPU seconds a test cost (its setup, call and teardown, module-scoped fixtures included
+    where it set them up or tore them down): this process plus the processes it waited for
+    (ansible-playbook and everything that ran under it, module runs, the emulator started by the
+    test itself; not servers a module launched, which leave the test's process tree). On 2 cores
+    this layer is CPU-bound, so CPU, not wall time, is what a test costs the run: `--junitxml`
+    carries it as the property cpu_s of each test."""
+    if call.when == "teardown" and item.nodeid in _CPU_START:
+        item.user_properties.append(("cpu_s", round(_cpu_used() - _CPU_START.pop(item.nodeid), 1)))
+    yield
+
+
+_CPU_START: Dict[str, float] = {}
 
 
 try:
