@@ -51,21 +51,27 @@ def hold_left(hold: float, age: Optional[float]) -> float:
 
 
 def check(execute: Callable[[Dict[str, Any]], Dict[str, Any]], args: Mapping[str, Any], hold: float,
-          ready: Mapping[str, Any], promote: bool = False) -> Dict[str, Any]:
+          ready: Mapping[str, Any], promote: bool = False, release: Optional[str] = None) -> Dict[str, Any]:
     """The instance re-checked now, held until `hold` s after its ready line. `ready` (the
     readiness wait's result) estimates what is left of the hold before the first call.
 
     With `promote`, the server becomes the host's last proven-good launch (sglang_ready's
     `promote`) only in a call that holds it to the end of the hold: one whose settle window was
     counted from a known age of its ready line (a call returns ready only when the server
-    lived through its window). A server that dies inside the hold is never promoted."""
+    lived through its window). A server that dies inside the hold is never promoted.
+
+    With `release` (the operation lock's token), a call that finds the server ready gives the
+    lock back (sglang_ready's release_lock): asked until one did."""
     age = ready_age(ready) if ready.get("ready") else None
     settle = hold_left(hold, age)
     res: Dict[str, Any] = {}
     promoted = False
     for _call in range(HOLD_CALLS):
         ask = promote and age is not None
-        res = execute(dict(args, settle=round(settle, 2), **({"promote": True} if ask else {})))
+        more = dict({"promote": True} if ask else {}, **({"release_lock": release} if release else {}))
+        res = execute(dict(args, settle=round(settle, 2), **more))
+        if release and _released(res, release):
+            release = None
         promoted = promoted or (ask and bool(res.get("ready")))
         age = ready_age(res)
         if age is not None:
@@ -78,6 +84,12 @@ def check(execute: Callable[[Dict[str, Any]], Dict[str, Any]], args: Mapping[str
         again = execute(dict(args, settle=0.0, promote=True))
         res = dict(again, held_since_ready=res.get("held_since_ready")) if again.get("ready") else again
     return res
+
+
+def _released(res: Mapping[str, Any], token: Optional[str]) -> bool:
+    """The call gave back the lock of `token`."""
+    done = res.get("operation_lock_released")
+    return bool(token) and isinstance(done, Mapping) and bool(done.get("changed")) and done.get("token") == token
 
 
 class ActionModule(ActionBase):
@@ -103,18 +115,24 @@ class ActionModule(ActionBase):
         try:
             spec = args.get("check")
             if isinstance(spec, Mapping) and spec.get("name"):
+                dec = restart_decide(data)
                 # the restart's server becomes the last proven-good launch (what a later rollback
                 # restores) only here, once it held past the hold; never the rollback's (final)
-                promote = restart_decide(data)["promote_due"] and not args.get("final")
+                promote = dec["promote_due"] and not args.get("final")
+                # a converged run with no readiness wait (proven): the check's own call gives the
+                # lock back once the server is ready - nothing of this run is left to roll back
+                token = dec["release_token"] if dec["proven"] and dec["release_at_end"] and not args.get("final") else None
                 live = check(lambda a: self._run_module(READY_MODULE, a, task_vars),
                              {k: v for k, v in spec.items() if v is not None}, float(args.get("hold") or 0),
-                             data.get("ready") or {}, promote)
+                             data.get("ready") or {}, promote, token)
                 data["live"] = {k: v for k, v in live.items() if k not in ("log_tail", "log_events")}
+                data["lock_released"] = _released(live, token)
             due = restart_rollback(data)["due"] and not args.get("final")
             lock = args.get("release_lock")
             # only a lock this run still holds (not a --check run, not given back by the readiness
-            # wait): decided here, from the same data, instead of the role's Jinja
-            if isinstance(lock, Mapping) and lock.get("name") and not due and restart_decide(data)["release_at_end"]:
+            # wait or the check): decided here, from the same data, instead of the role's Jinja
+            if isinstance(lock, Mapping) and lock.get("name") and not due and not data.get("lock_released") \
+                    and restart_decide(data)["release_at_end"]:
                 released = self._run_module(L.LOCK_MODULE, {
                     "name": lock["name"], "state_dir": lock.get("state_dir"), "state": "absent",
                     "holder": L.holder(task_vars)}, task_vars)

@@ -35,8 +35,10 @@ options:
     type: dict
     required: true
   check:
-    description: The re-check - C(name), C(state_dir), C(health), C(api_key), C(timeout) (options of
-      M(llmops.sglang.sglang_ready)). Without it, nothing is checked on the host.
+    description: The re-check - C(name), C(state_dir), C(health), C(api_key), C(timeout), C(extra_ready_patterns),
+      C(extra_fatal_patterns) (options of M(llmops.sglang.sglang_ready)). Without it, nothing is checked on the host.
+      On a converged run whose server is the host's last proven-good launch the role runs no readiness wait; this
+      check is then the only one, and its call gives the operation lock back once the server is ready.
     type: dict
   hold:
     description: Seconds after its ready line the instance must still serve; the check waits for what is left.

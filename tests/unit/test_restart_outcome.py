@@ -475,3 +475,54 @@ def test_promotion_is_due_for_a_proven_server_of_this_run_only():
     assert not restart_decide({"plan": PLAN_CHANGE, "launch": LAUNCH, "ready": CRASH})["promote_due"]
     assert not restart_decide({"check_mode": True, "plan": PLAN_RUNNING, "ready": READY_OLD})["promote_due"]
     assert not restart_decide({"plan": REFUSALS["unknown flag"]})["promote_due"]
+
+
+# --- a converged run whose server is the last proven-good one: no readiness wait ---------------------
+
+PLAN_PROVEN = dict(PLAN_RUNNING, record=dict(OLD, launch_id="g1"))  # GOOD's launch_id: promoted earlier
+
+
+def test_a_converged_server_that_is_the_last_good_one_needs_no_readiness_wait():
+    dec = restart_decide({"plan": PLAN_PROVEN})
+    assert dec["proven"] and not dec["ready_due"] and not dec["replace"] and dec["release_at_end"]
+    # the readiness wait stays due: a server not yet promoted (an adopted one), a forced restart,
+    # a --check run, expectations only the wait checks, a refusal
+    assert restart_decide({"plan": PLAN_RUNNING})["ready_due"]
+    assert not restart_decide({"plan": PLAN_PROVEN, "force": True})["proven"]
+    assert restart_decide({"plan": PLAN_PROVEN, "check_mode": True})["ready_due"]
+    assert restart_decide({"plan": PLAN_PROVEN, "expect": {"dtype": "bfloat16"}})["ready_due"]
+    assert not restart_decide({"plan": dict(PLAN_PROVEN, last_good=dict(GOOD, error="unreadable"))})["proven"]
+    assert not restart_decide({"plan": PLAN_PROVEN, "roll_stopped": ["gpu-0"]})["proven"]
+
+
+def test_a_proven_converged_run_is_unchanged_when_the_check_says_it_serves():
+    out = run(plan=PLAN_PROVEN, live=live(pid=100), lock_released=True)
+    assert out["state"] == "unchanged" and not out["failed"] and out["serving_pid"] == 100
+    text = "\n".join(out["summary"])
+    assert "server: checked now: pid 100 serving" in text and "ready:" not in text, text
+    assert "lock: taken (/s/x.restart.lock); released" in text, text
+    dead = run(plan=PLAN_PROVEN, live=DEAD)
+    assert dead["state"] == "down" and dead["failed"] and dead["head"] == "DOWN (no server)"
+    assert not restart_rollback({"plan": PLAN_PROVEN, "live": DEAD})["due"]
+
+
+def test_the_check_gives_the_lock_back_in_its_own_call_until_one_did():
+    calls = []
+
+    def server(alive: bool):
+        def execute(args):
+            calls.append(dict(args))
+            res = {"ready": alive, "since_launch": 3600.0, "start_seconds": 30.0}
+            if alive and args.get("release_lock"):
+                res["operation_lock_released"] = {"changed": True, "token": args["release_lock"]}
+            return res
+        return execute
+    out = check(server(True), {"name": "ex"}, 5.0, {}, release="tok-1")
+    assert calls == [{"name": "ex", "settle": 0.0, "release_lock": "tok-1"}]
+    assert out["operation_lock_released"]["token"] == "tok-1"
+    calls.clear()
+    out = check(server(False), {"name": "ex"}, 5.0, {}, release="tok-1")  # not ready: the lock stays
+    assert len(calls) == 1 and "operation_lock_released" not in out
+    calls.clear()
+    check(server(True), {"name": "ex"}, 5.0, READY_OLD)
+    assert "release_lock" not in calls[0]

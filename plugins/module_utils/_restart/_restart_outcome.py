@@ -224,13 +224,26 @@ def _log_hint(path: Any) -> str:
     return " (log: tail -f %s)" % path if path else ""
 
 
+def _proven(data: Mapping[str, Any]) -> bool:
+    """The plan found the requested server running, and it is the host's last proven-good launch
+    (a restart's last check held it and promoted it): no readiness wait is due - the last check
+    proves it serves, right before the summary says so. Not in a --check run, not with
+    expectations of /server_info that only the readiness wait applies (sglang_restart_expect)."""
+    plan = _d(data, "plan")
+    record, good = _d(plan, "record"), _last_good(data)
+    if data.get("check_mode") or data.get("expect") or plan.get("changed") or plan.get("reason") != "running":
+        return False
+    return bool(record.get("launch_id")) and record.get("launch_id") == good.get("launch_id") and not good.get("error")
+
+
 def restart_decide(data: Mapping[str, Any]) -> Dict[str, Any]:
     """Every decision between the restart's steps, from the results so far.
 
     data: check_mode, force, verify, dump_dir, dump_wait, verify_timeout, dump_purge, lock_used,
     prewarm (wanted for this model), ready_settle, one_call (teardown and launch in one call:
     the tags pick both and it is no check run), roll_stopped (hosts of earlier batches that
-    failed), plan, launch (sglang_launch_result: the plan's until the launch ran)."""
+    failed), expect (sglang_restart_expect), plan, launch (sglang_launch_result: the plan's
+    until the launch ran)."""
     plan, check = _d(data, "plan"), bool(data.get("check_mode"))
     stopped = [str(h) for h in data.get("roll_stopped") or []]
     reason, cause = "", ""
@@ -256,6 +269,7 @@ def restart_decide(data: Mapping[str, Any]) -> Dict[str, Any]:
     purge = (replace and data.get("verify") == "extraction" and bool(data.get("dump_purge"))
              and plan.get("reason") != "unresponsive")
     tags = _tags(data)
+    proven = not refused and not replace and _proven(data)
     return {
         "refused": refused, "reason": reason, "cause": cause,
         "replace": replace,
@@ -269,7 +283,10 @@ def restart_decide(data: Mapping[str, Any]) -> Dict[str, Any]:
         "work": _work(data) if replace else {},
         "launched": launched,
         "ready_due": (not refused and _ran(plan) and not (check and replace)
-                      and (launched or not launch)),
+                      and (launched or not launch) and not proven),
+        # a converged run whose server is the last proven-good one: the last check alone proves
+        # it (and gives the lock back in its call)
+        "proven": proven,
         "log_hint": _log_hint(launch.get("log_path") or (plan.get("record") or {}).get("log_path")),
         "ready_record": launch.get("record") if launched else None,
         # the last check makes the proven server the host's last proven-good launch (what a
