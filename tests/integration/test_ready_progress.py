@@ -159,7 +159,7 @@ def test_a_machine_format_callback_gets_no_progress_lines(tmp_path):
 
 # --- the module's slices, resumed as the action plugin resumes them -------------------------------
 
-def _sliced(state_dir: str, name: str, seconds: float = 1.0, **args: Any):
+def _sliced(state_dir: str, name: str, seconds: float = 0.5, **args: Any):
     params = dict({"name": name, "state_dir": state_dir, "timeout": 60, "poll_interval": 0.1, "settle": 0.5,
                    "slice_seconds": seconds}, **args)
     resume: Dict[str, Any] = {}
