@@ -155,6 +155,49 @@ def sizes_asked(quick: bool) -> List[int]:
     return [1, 4] if quick else [1, 8, 32, 64]
 
 
+ONE_TASK = """---
+- name: One task
+  hosts: bench_fleet
+  gather_facts: false
+  tasks:
+    - name: Ping
+      ansible.builtin.ping:
+"""
+
+
+def one_task(rounds: int) -> Dict[str, Any]:
+    """A converged restart_extraction.yml against one running server next to a playbook of one task
+    (ping) on the same host, interleaved: wall and CPU of the whole ansible-playbook tree (the
+    modules included: the local connection runs both playbooks' modules on this machine)."""
+    inv = inventory(1)
+    book = C.path("fleet", "one_task.yml")
+    with open(book, "w") as fh:
+        fh.write(ONE_TASK)
+    common = {"sglang_hosts": "bench_fleet", "sglang_serial": "100%"}
+    out: Dict[str, Any] = {"rounds": rounds, "converged": [], "one_task": []}
+    out["fresh"] = playbook("restart_extraction.yml", common, inventory=inv)
+    if not out["fresh"]["rc"]:
+        for _round in range(rounds):
+            out["converged"].append(playbook("restart_extraction.yml", common, inventory=inv))
+            out["one_task"].append(playbook(book, common, inventory=inv))
+    out["teardown"] = playbook("teardown.yml", dict(common, sglang_purge_dumps_on_teardown=True), inventory=inv)
+    C.log("fleet: one task vs converged: %s" % json.dumps(_one_task_figures(out)))
+    return out
+
+
+def _one_task_figures(data: Optional[Dict[str, Any]]) -> Optional[Dict[str, float]]:
+    """Medians and ratios, or None when any run failed or a converged run changed something."""
+    if not data or data["fresh"]["rc"] or data["teardown"]["rc"] or not data["converged"]:
+        return None
+    runs = data["converged"] + data["one_task"]
+    if any(r["rc"] for r in runs) or any(h.get("changed", 0) for r in data["converged"] for h in r["recap"].values()):
+        return None
+    fig = {"%s_%s" % (k, m): C.median(r[m] for r in data[k]) for k in ("converged", "one_task") for m in ("wall", "cpu")}
+    fig["ratio_wall"] = fig["converged_wall"] / fig["one_task_wall"]
+    fig["ratio_cpu"] = fig["converged_cpu"] / fig["one_task_cpu"]
+    return fig
+
+
 def run(quick: bool = False) -> Dict[str, Any]:
     sizes = sizes_asked(quick)
     os.makedirs(C.SHM_ROOT, exist_ok=True)  # the dump dirs' parent (the role runs df on it)
@@ -178,7 +221,9 @@ def run(quick: bool = False) -> Dict[str, Any]:
         rows.append(row)
         # what ran so far survives a run cut short (the report of a full run comes from run_all)
         C.save_json("fleet-partial", {"sizes": sizes, "forks": forks(), "rows": rows})
-    return {"sizes": sizes, "forks": forks(), "rows": rows}
+    # LLMOPS_BENCH_FLEET_ONE_TASK=0 leaves the comparison out
+    rounds = int(os.environ.get("LLMOPS_BENCH_FLEET_ONE_TASK", "2" if quick else "5"))
+    return {"sizes": sizes, "forks": forks(), "rows": rows, "one_task": one_task(rounds) if rounds > 0 else None}
 
 
 def _ok(row: Dict[str, Any]) -> bool:
@@ -243,6 +288,24 @@ def report(data: Dict[str, Any], fig_dir: str, fig_prefix: str = "") -> Dict[str
           C.md_table(["hosts", "fresh start wall", "converged wall", "forced restart wall",
                       "controller CPU per host, converged", "controller CPU per host, forced",
                       "module CPU per host, converged", "module CPU per host, forced", "teardown.yml wall"], table)]
+    one = data.get("one_task")
+    fig = _one_task_figures(one)
+    if fig:
+        md += ["", "One host, a converged run of `restart_extraction.yml` (its server running: changed=0) next to a "
+               "playbook of one task (`ansible.builtin.ping`) on the same host, %d rounds interleaved, medians of the "
+               "whole `ansible-playbook` tree (modules included, both on this machine): converged %s wall, %s CPU; "
+               "one task %s wall, %s CPU; converged / one task **%.2fx** wall, %.2fx CPU."
+               % (one["rounds"], C.fmt_s(fig["converged_wall"], 2), C.fmt_s(fig["converged_cpu"], 2),
+                  C.fmt_s(fig["one_task_wall"], 2), C.fmt_s(fig["one_task_cpu"], 2), fig["ratio_wall"], fig["ratio_cpu"])]
+    elif one:
+        md += ["", "**One host, converged run vs one task: FAILED** (a run failed or the converged run changed "
+               "something); no figure is published for it."]
+    if one is not None:
+        targets.append({"target": "a converged run of restart_extraction.yml costs at most 2.0x a one-task playbook "
+                                  "(median wall, one host)",
+                        "met": bool(fig) and fig["ratio_wall"] <= 2.0,
+                        "value": "%.2fx (%s vs %s)" % (fig["ratio_wall"], C.fmt_s(fig["converged_wall"], 2),
+                                                       C.fmt_s(fig["one_task_wall"], 2)) if fig else "failed"})
     for r in failed:
         phase = next((p for p in ("fresh", "converged", "forced") if r.get(p) is None or r[p]["rc"]), "teardown")
         detail = r.get(phase) or r["teardown"]

@@ -54,3 +54,21 @@ def test_the_meter_counts_what_a_module_costs_and_keeps_its_exit_code(tmp_path):
     spent = bench_fleet.module_cpu(log)
     assert 0.3 <= spent < 5.0
     assert bench_fleet.module_cpu(log) == 0.0
+
+
+def test_the_one_task_comparison_is_a_figure_only_when_every_run_is_green(tmp_path):
+    green = {"rounds": 2, "fresh": _run(changed=1, hosts=1), "teardown": _run(hosts=1),
+             "converged": [dict(_run(hosts=1), wall=3.0, cpu=3.0), dict(_run(hosts=1), wall=4.0, cpu=3.2)],
+             "one_task": [dict(_run(hosts=1), wall=1.0, cpu=1.0), dict(_run(hosts=1), wall=2.0, cpu=1.0)]}
+    fig = bench_fleet._one_task_figures(green)
+    assert fig["ratio_wall"] == 3.5 / 1.5 and fig["ratio_cpu"] == 3.1
+    good = {"hosts": 2, "fresh": _run(changed=1), "converged": _run(), "forced": _run(changed=1), "teardown": _run()}
+    out = bench_fleet.report({"forks": 16, "rows": [good], "one_task": green}, str(tmp_path))
+    row = [t for t in out["targets"] if "one-task" in t["target"]][0]
+    assert not row["met"] and row["value"].startswith("2.33x")
+    changed = dict(green, converged=[_run(hosts=1, changed=1)] * 2)
+    assert bench_fleet._one_task_figures(changed) is None
+    assert bench_fleet._one_task_figures(dict(green, one_task=[_run(rc=2, hosts=1)] * 2)) is None
+    out = bench_fleet.report({"forks": 16, "rows": [good], "one_task": changed}, str(tmp_path))
+    assert "converged run vs one task: FAILED" in out["markdown"]
+    assert not [t for t in out["targets"] if "one-task" in t["target"]][0]["met"]
