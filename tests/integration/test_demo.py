@@ -42,6 +42,7 @@ def demo(tmp_path_factory):
     base = tmp_path_factory.mktemp("demo")
     demo_dir, report_dir, port = str(base / "demo"), str(base / "report"), free_port()
     env = _env(demo_dir, port, report_dir)
+    run = None
     try:
         run = subprocess.run(["bash", DEMO], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
                              stdin=subprocess.DEVNULL, check=False)
@@ -51,13 +52,29 @@ def demo(tmp_path_factory):
         yield {"run": run, "out": run.stdout + run.stderr, "port": port, "report_dir": report_dir, **names}
     finally:
         # the demo tears its server down itself (step 4, or its error path); this only covers a
-        # demo killed by the timeout above. Same instance, same lock: nothing else is touched.
-        down = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i",
-                               os.path.join(ROOT, "inventory", "local.yml"), os.path.join(ROOT, "playbooks", "teardown.yml"),
-                               "-e", "sglang_demo_dir=%s" % demo_dir, "-e", "sglang_port=%d" % port],
-                              cwd=ROOT, env=dict(env, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg")),
-                              capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=False)
-        assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]
+        # demo killed by the timeout above or one that failed and left its server or its launch
+        # record (a playbook run less when the demo ended well and left nothing). Same instance,
+        # same lock: nothing else is touched.
+        if not _left_nothing(run, demo_dir, port):
+            _teardown(env, demo_dir, port)
+
+
+def _left_nothing(run, demo_dir: str, port: int) -> bool:
+    """The demo ran to its end, no launch record (`demo-<8 hex>.json`, scripts/demo.sh's instance) is
+    left in its state dir, nothing serves on its port."""
+    state = os.path.join(demo_dir, "state")
+    records = [n for n in (os.listdir(state) if os.path.isdir(state) else []) if re.match(r"demo-[0-9a-f]{8}\.json$", n)]
+    return (run is not None and run.returncode == 0 and not records
+            and _http.request("127.0.0.1", port, "/health", timeout=2).status is None)
+
+
+def _teardown(env: Dict[str, str], demo_dir: str, port: int) -> None:
+    down = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i",
+                           os.path.join(ROOT, "inventory", "local.yml"), os.path.join(ROOT, "playbooks", "teardown.yml"),
+                           "-e", "sglang_demo_dir=%s" % demo_dir, "-e", "sglang_port=%d" % port],
+                          cwd=ROOT, env=dict(env, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg")),
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=False)
+    assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]
 
 
 def _first_run(out: str) -> List[str]:
