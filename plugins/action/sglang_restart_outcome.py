@@ -60,18 +60,22 @@ def check(execute: Callable[[Dict[str, Any]], Dict[str, Any]], args: Mapping[str
     counted from a known age of its ready line (a call returns ready only when the server
     lived through its window). A server that dies inside the hold is never promoted.
 
-    With `release` (the operation lock's token), a call that finds the server ready gives the
-    lock back (sglang_ready's release_lock): asked until one did."""
+    With `release` (the operation lock's token), a call that finds the server ready and its ready
+    line at least `hold` s old gives the lock back (sglang_ready's release_lock and
+    release_lock_after): asked until one did. The lock is never given back inside the hold, and the
+    result says it was given back whichever call did."""
     age = ready_age(ready) if ready.get("ready") else None
     settle = hold_left(hold, age)
     res: Dict[str, Any] = {}
     promoted = False
+    gave_back: Optional[Mapping[str, Any]] = None
     for _call in range(HOLD_CALLS):
         ask = promote and age is not None
-        more = dict({"promote": True} if ask else {}, **({"release_lock": release} if release else {}))
+        more = dict({"promote": True} if ask else {},
+                    **({"release_lock": release, "release_lock_after": hold} if release else {}))
         res = execute(dict(args, settle=round(settle, 2), **more))
         if release and _released(res, release):
-            release = None
+            release, gave_back = None, res["operation_lock_released"]
         promoted = promoted or (ask and bool(res.get("ready")))
         age = ready_age(res)
         if age is not None:
@@ -83,6 +87,8 @@ def check(execute: Callable[[Dict[str, Any]], Dict[str, Any]], args: Mapping[str
         # held, but no call could be asked to promote it (its age was unknown before): once more
         again = execute(dict(args, settle=0.0, promote=True))
         res = dict(again, held_since_ready=res.get("held_since_ready")) if again.get("ready") else again
+    if gave_back is not None:
+        res["operation_lock_released"] = gave_back
     return res
 
 
@@ -98,7 +104,7 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
     _supports_async = False
-    _VALID_ARGS = frozenset(("data", "check", "hold", "release_lock", "final", "previous"))
+    _VALID_ARGS = frozenset(("data", "check", "hold", "release_lock", "final", "previous", "wait_timeout"))
 
     def _run_module(self, name: str, args: Dict[str, Any], task_vars: Dict[str, Any]) -> Dict[str, Any]:
         return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
@@ -122,9 +128,13 @@ class ActionModule(ActionBase):
                 # a converged run with no readiness wait (proven): the check's own call gives the
                 # lock back once the server is ready - nothing of this run is left to roll back
                 token = dec["release_token"] if dec["proven"] and dec["release_at_end"] and not args.get("final") else None
+                spec = {k: v for k, v in spec.items() if v is not None}
+                if dec["proven"] and args.get("wait_timeout") is not None:
+                    # the check stands in for the readiness wait: a busy or briefly stalled server
+                    # gets the wait's time, not the short re-check's, before it is called not ready
+                    spec["timeout"] = args["wait_timeout"]
                 live = check(lambda a: self._run_module(READY_MODULE, a, task_vars),
-                             {k: v for k, v in spec.items() if v is not None}, float(args.get("hold") or 0),
-                             data.get("ready") or {}, promote, token)
+                             spec, float(args.get("hold") or 0), data.get("ready") or {}, promote, token)
                 data["live"] = {k: v for k, v in live.items() if k not in ("log_tail", "log_events")}
                 data["lock_released"] = _released(live, token)
             due = restart_rollback(data)["due"] and not args.get("final")

@@ -260,6 +260,15 @@ options:
       - Result in RV(operation_lock_released).
     type: str
     version_added: "0.5.0"
+  release_lock_after:
+    description:
+      - With O(release_lock), give the lock back only when the server's ready line is at least this
+        many seconds old when the call ends (a server held past the restart's hold); a younger or
+        unknown ready line keeps the lock (RV(operation_lock_released) says C(deferred)), so a later
+        call or the play releases it. V(0) releases as soon as the server is ready.
+    type: float
+    default: 0
+    version_added: "0.6.0"
   refresh_lock:
     description:
       - The token (C(holder.token)) of the instance's operation lock to refresh while this wait lasts,
@@ -536,7 +545,8 @@ operation_lock_released:
   description: >-
     What became of the operation lock named by O(release_lock) - C(changed) (removed), C(token) (the
     token of the lock removed), C(lock_path), C(kept) (whose lock was left in place), C(error) (why it
-    could not be removed); in check mode C(would_release) instead (nothing is removed).
+    could not be removed), C(deferred) (kept: the ready line is younger than O(release_lock_after));
+    in check mode C(would_release) instead (nothing is removed).
   returned: when O(release_lock) was given and the server is ready
   type: dict
   version_added: "0.5.0"
@@ -639,6 +649,7 @@ def argument_spec() -> Dict[str, Any]:
         require_ready_line=dict(type="bool", default=True),
         slice_seconds=dict(type="float"),
         release_lock=dict(type="str", no_log=False),
+        release_lock_after=dict(type="float", default=0.0),
         refresh_lock=dict(type="str", no_log=False),
         promote=dict(type="bool", default=False),
         work=dict(type="dict", options=dict(

@@ -38,8 +38,14 @@ options:
     description: The re-check - C(name), C(state_dir), C(health), C(api_key), C(timeout), C(extra_ready_patterns),
       C(extra_fatal_patterns) (options of M(llmops.sglang.sglang_ready)). Without it, nothing is checked on the host.
       On a converged run whose server is the host's last proven-good launch the role runs no readiness wait; this
-      check is then the only one, and its call gives the operation lock back once the server is ready.
+      check is then the only one, and its call gives the operation lock back once the server is ready and its ready
+      line is at least O(hold) seconds old.
     type: dict
+  wait_timeout:
+    description: The readiness wait's timeout (C(sglang_restart_timeout)), used as the check's C(timeout) when the
+      check stands in for the readiness wait (a converged run whose server is the last proven-good launch), so a
+      busy or briefly stalled server is not called not ready after the short re-check timeout.
+    type: float
   hold:
     description: Seconds after its ready line the instance must still serve; the check waits for what is left.
     type: float

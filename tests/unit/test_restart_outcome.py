@@ -7,9 +7,10 @@ from typing import Any, Dict
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.action.sglang_restart_outcome import check, hold_left, ready_age
+from ansible_collections.llmops.sglang.plugins.action.sglang_restart_outcome import _released, check, hold_left, ready_age
 from ansible_collections.llmops.sglang.plugins.filter.restart_outcome import (restart_decide, restart_outcome,
                                                                               restart_rollback)
+from ansible_collections.llmops.sglang.plugins.module_utils._readiness._ready_call import release_due
 from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import STATES
 
 OLD = {"pid": 100, "log_path": "/l/old.log", "fingerprint_inputs": {}}
@@ -492,7 +493,17 @@ def test_a_converged_server_that_is_the_last_good_one_needs_no_readiness_wait():
     assert restart_decide({"plan": PLAN_PROVEN, "check_mode": True})["ready_due"]
     assert restart_decide({"plan": PLAN_PROVEN, "expect": {"dtype": "bfloat16"}})["ready_due"]
     assert not restart_decide({"plan": dict(PLAN_PROVEN, last_good=dict(GOOD, error="unreadable"))})["proven"]
-    assert not restart_decide({"plan": PLAN_PROVEN, "roll_stopped": ["gpu-0"]})["proven"]
+    # a roll stopped by an earlier batch skips the plan: nothing is proven, the host is untouched
+    stopped = restart_decide({"plan": {"skipped": True}, "roll_stopped": ["gpu-0"]})
+    assert not stopped["proven"] and stopped["refused"] and stopped["reason"] == "roll_stopped"
+
+
+def test_a_host_failing_beside_this_one_after_its_plan_ran_changes_nothing_of_its_outcome():
+    # the last check re-reads the roll: a host of the same batch that failed (or became
+    # unreachable) after this host's plan ran is no reason to call this host refused
+    assert restart_decide({"plan": PLAN_PROVEN, "roll_stopped": ["gpu-0"]})["proven"]
+    replaced = restart_decide({"plan": dict(PLAN_RUNNING, changed=True), "roll_stopped": ["gpu-0"]})
+    assert replaced["replace"] and not replaced["refused"]
 
 
 def test_a_proven_converged_run_is_unchanged_when_the_check_says_it_serves():
@@ -518,7 +529,7 @@ def test_the_check_gives_the_lock_back_in_its_own_call_until_one_did():
             return res
         return execute
     out = check(server(True), {"name": "ex"}, 5.0, {}, release="tok-1")
-    assert calls == [{"name": "ex", "settle": 0.0, "release_lock": "tok-1"}]
+    assert calls == [{"name": "ex", "settle": 0.0, "release_lock": "tok-1", "release_lock_after": 5.0}]
     assert out["operation_lock_released"]["token"] == "tok-1"
     calls.clear()
     out = check(server(False), {"name": "ex"}, 5.0, {}, release="tok-1")  # not ready: the lock stays
@@ -526,3 +537,51 @@ def test_the_check_gives_the_lock_back_in_its_own_call_until_one_did():
     calls.clear()
     check(server(True), {"name": "ex"}, 5.0, READY_OLD)
     assert "release_lock" not in calls[0]
+
+
+def _held_server(calls, ready_line_age):
+    """sglang_ready as it answers a re-check: the ready line `ready_line_age` s old when the call
+    begins, older by the call's settle when it ends; the lock given back only at release_lock_after."""
+    def execute(args):
+        calls.append(dict(args))
+        res = {"ready": True, "pid": 100, "since_launch": 30.0 + ready_line_age + args.get("settle", 0),
+               "start_seconds": 30.0}
+        if args.get("release_lock"):
+            age = res["since_launch"] - res["start_seconds"]
+            if age >= (args.get("release_lock_after") or 0):
+                res["operation_lock_released"] = {"changed": True, "token": args["release_lock"]}
+            else:
+                res["operation_lock_released"] = {"changed": False, "deferred": True}
+        return res
+    return execute
+
+
+def test_the_proven_check_gives_the_lock_back_only_once_the_hold_has_passed():
+    # a proven server whose ready line is younger than this run's hold (the hold was raised since
+    # it was promoted): the lock stays until the call that held it to the end of the hold
+    calls = []
+    live = check(_held_server(calls, 20.0), {"name": "ex"}, 60.0, {}, release="tok-1")
+    assert [c["settle"] for c in calls] == [0.0, 40.0]
+    assert all(c.get("release_lock_after") == 60.0 for c in calls if c.get("release_lock"))
+    # and the result says it was given back, whichever call did (the summary must not say "still held")
+    assert _released(live, "tok-1")
+    out = restart_outcome({"name": "ex", "host": "gpu-1", "plan": PLAN_PROVEN, "live": live,
+                           "lock_released": _released(live, "tok-1")})
+    assert "still held" not in "\n".join(out["summary"])
+
+
+def test_sglang_ready_gives_the_lock_back_only_past_release_lock_after():
+    # the module's side of the rule above: a ready line younger than the hold, or of unknown age,
+    # keeps the lock; without a minimum age (the restart's own readiness wait) it goes back at once
+    assert release_due(0.0, {})
+    assert not release_due(5.0, {})
+    assert not release_due(5.0, {"since_launch": 34.0, "start_seconds": 30.0})
+    assert release_due(5.0, {"since_launch": 35.0, "start_seconds": 30.0})
+
+
+def test_a_run_whose_tags_skipped_the_plan_does_not_call_the_running_server_the_requested_one():
+    # --skip-tags verify (or launch, ready, ...) skips the plan, which carries every step's tag
+    out = run(plan={"skipped": True}, live=live(pid=100))
+    assert out["state"] == "unchanged" and not out["failed"]
+    assert "not compared: the plan did not run" in out["head"], out["head"]
+    assert "requested server was already running" not in "\n".join(out["summary"])

@@ -169,8 +169,28 @@ def _finish(module: Any, outcome: _readiness.Outcome, ctx: Dict[str, Any]) -> Di
     if warning:
         module.warn(warning)
     if module.params["release_lock"] and ctx.get("state_dir") and ctx.get("name"):
-        result["operation_lock_released"] = _release_lock(module, ctx)
+        if not release_due(module.params.get("release_lock_after") or 0.0, result):
+            # not yet held past the restart's hold: the lock stays with the run (a later call,
+            # or the play's own release, gives it back)
+            result["operation_lock_released"] = {
+                "changed": False, "deferred": True, "lock_path": _lock.lock_path(ctx["state_dir"], ctx["name"])}
+        else:
+            result["operation_lock_released"] = _release_lock(module, ctx)
     return result
+
+
+def release_due(after: float, result: Dict[str, Any]) -> bool:
+    """The lock may go back: no minimum age asked, or the ready line is known to be that old."""
+    age = ready_line_age(result)
+    return after <= 0 or (age is not None and age >= after)
+
+
+def ready_line_age(result: Dict[str, Any]) -> Optional[float]:
+    """Seconds since the server's ready line at the end of this call (None when unknown)."""
+    since, start = result.get("since_launch"), result.get("start_seconds")
+    if not isinstance(since, (int, float)) or not isinstance(start, (int, float)):
+        return None
+    return max(0.0, float(since) - float(start))
 
 
 def _release_lock(module: Any, ctx: Dict[str, Any]) -> Dict[str, Any]:

@@ -245,7 +245,9 @@ def restart_decide(data: Mapping[str, Any]) -> Dict[str, Any]:
     failed), expect (sglang_restart_expect), plan, launch (sglang_launch_result: the plan's
     until the launch ran)."""
     plan, check = _d(data, "plan"), bool(data.get("check_mode"))
-    stopped = [str(h) for h in data.get("roll_stopped") or []]
+    # an earlier batch's failure stops hosts the roll has not touched yet; once this host's plan
+    # ran, a host that fails beside it (or after it) changes nothing of its own outcome
+    stopped = [] if _ran(plan) else [str(h) for h in data.get("roll_stopped") or []]
     reason, cause = "", ""
     if stopped:
         reason, cause = "roll_stopped", "Rolling restart stopped: %s failed in an earlier batch; %s was not touched" % (
@@ -470,6 +472,11 @@ def _state(data: Mapping[str, Any]) -> Tuple[str, str]:
         if ready.get("ready"):
             return "down", "DOWN (no server: the new server died after it was ready)"
         return "down", "DOWN (no server)"
+    if not _ran(_d(data, "plan")) and not launch and serving:
+        # the tags skipped the plan (--skip-tags verify skips it too: it carries every step's tag):
+        # what runs was never compared with the requested configuration
+        return "unchanged", ("serving what ran before (not compared: the plan did not run, the tags "
+                             "skipped it; nothing was changed)")
     if ready.get("ready") and serving is not False:
         if ready.get("already_running") is False:
             return "adopted", "serving (adopted: the requested server was still starting, from an earlier run)"
