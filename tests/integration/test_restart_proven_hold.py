@@ -4,7 +4,6 @@ to the end of the hold, and the summary says it was given back (it said 'still h
 from __future__ import annotations
 
 import os
-import re
 
 from helpers import play_runs
 

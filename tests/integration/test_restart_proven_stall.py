@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import threading
-import time
 
 from helpers import play_runs
 from helpers.fixtures import wait_for
