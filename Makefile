@@ -13,7 +13,8 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 # The pytest suites run their files side by side (pytest-xdist): TEST_WORKERS processes, each
 # file's tests on one worker in file order (--dist loadfile: the tests of one file may share an
 # instance name or a module-scoped fixture; across files names, ports and state dirs are per test,
-# the cleanup marker per worker). TEST_WORKERS=0 runs a suite in one process. --durations shows
+# the cleanup marker per worker). In tests/integration the long files of independent tests
+# (SPLIT_FILES in its conftest.py) are handed out test by test. TEST_WORKERS=0 runs a suite in one process. --durations shows
 # the slow tests of every run.
 TEST_WORKERS ?= 4
 SUITE := $(PYTEST) -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
