@@ -37,6 +37,10 @@ def router_python(version: str = ROUTER_VERSION) -> str:
     return os.path.join(venv, "bin", "python")
 
 
+class _MetricsPortTaken(RuntimeError):
+    """The router could not bind its metrics port: another process took it first."""
+
+
 class Fleet:
     def __init__(self, workdir: str, size: int = 3, token_delay: float = 0.05, phase_seconds: float = 0.2,
                  tp_size: int = 1, extra_host_vars: Optional[Dict[str, Dict[str, Any]]] = None) -> None:
@@ -147,13 +151,29 @@ class Fleet:
     # -- the router -----------------------------------------------------------------------------
     def start_router(self, python: str, urls: Optional[List[str]] = None, extra: Optional[List[str]] = None,
                      timeout: float = 60) -> subprocess.Popen:
+        """The router on router_port with `urls`, once it has them all. Its metrics port is another
+        free port: one that another process took between free_port() and the router's bind (the
+        router then panics, "failed to install Prometheus metrics exporter ... Address already in
+        use") is replaced by a fresh one, twice at most."""
+        for attempt in range(3):
+            try:
+                return self._start_router(python, urls, extra, timeout)
+            except _MetricsPortTaken:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_router(self, python: str, urls: Optional[List[str]], extra: Optional[List[str]],
+                      timeout: float) -> subprocess.Popen:
         urls = [self.worker_url(h) for h in self.hosts] if urls is None else urls
         argv = [python, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
                 "--port", str(self.router_port), "--policy", "round_robin",
                 "--prometheus-port", str(free_port()), "--log-level", "warn"]
         if urls:
             argv += ["--worker-urls"] + urls
-        log = open(os.path.join(self.workdir, "router.log"), "ab")
+        log_path = os.path.join(self.workdir, "router.log")
+        log = open(log_path, "ab")
+        offset = log.tell()
         env = dict(os.environ, no_proxy="*", NO_PROXY="*")
         env[TEST_MARKER] = TEST_RUN_ID
         self.router = subprocess.Popen(argv + list(extra or []), stdout=log, stderr=subprocess.STDOUT,
@@ -162,6 +182,12 @@ class Fleet:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.router.poll() is not None:
+                with open(log_path, "rb") as fh:
+                    fh.seek(offset)
+                    said = fh.read().decode("utf-8", "replace")
+                if "Prometheus metrics exporter" in said and "Address already in use" in said:
+                    self.router = None
+                    raise _MetricsPortTaken(said)
                 raise RuntimeError("router exited %s: see %s/router.log" % (self.router.returncode, self.workdir))
             try:
                 ready = requests.get(self.router_url + "/readiness", timeout=2, proxies={"http": None}).json()
