@@ -83,8 +83,11 @@ def _run(tmp_path, seed: int) -> dict:
     ]
     book = tmp_path / ("play%d.yml" % seed)
     book.write_text(yaml.safe_dump(plays))
-    inv = tmp_path / "hosts.ini"
-    inv.write_text("".join("%s ansible_connection=local ansible_python_interpreter=%s\n" % (h, sys.executable) for h in HOSTS))
+    # YAML, not INI: an interpreter path with a space (a checkout under "/tmp/ci run") stays one value
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {
+        h: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable} for h in HOSTS}}},
+        sort_keys=False))
     env = dict(os.environ, PYTHONHASHSEED=str(seed))
     done = subprocess.run(["ansible-playbook", "-i", str(inv), str(book)], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=180, check=False)
