@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.llmops.sglang.plugins.module_utils._readiness._ready_call import ready_line_age
 from ansible_collections.llmops.sglang.plugins.module_utils._restart._restart_outcome import (
     restart_decide, restart_outcome, restart_rollback)
 from ansible_collections.llmops.sglang.plugins.plugin_utils import _operation_lock as L
@@ -36,11 +37,9 @@ display = Display()
 
 
 def ready_age(res: Mapping[str, Any]) -> Optional[float]:
-    """Seconds since the server's ready line, from a readiness result (None when unknown)."""
-    since, start = res.get("since_launch"), res.get("start_seconds")
-    if not isinstance(since, (int, float)) or not isinstance(start, (int, float)):
-        return None
-    return max(0.0, float(since) - float(start))
+    """Seconds since the server's ready line, from a readiness result (None when unknown): the
+    module's own reading, so the hold and the lock's release_lock_after count alike."""
+    return ready_line_age(res)
 
 
 def hold_left(hold: float, age: Optional[float]) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible_collections.llmops.sglang.plugins.module_utils._core._errors import SglangError
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _lock
@@ -185,7 +185,7 @@ def release_due(after: float, result: Dict[str, Any]) -> bool:
     return after <= 0 or (age is not None and age >= after)
 
 
-def ready_line_age(result: Dict[str, Any]) -> Optional[float]:
+def ready_line_age(result: Mapping[str, Any]) -> Optional[float]:
     """Seconds since the server's ready line at the end of this call (None when unknown)."""
     since, start = result.get("since_launch"), result.get("start_seconds")
     if not isinstance(since, (int, float)) or not isinstance(start, (int, float)):
