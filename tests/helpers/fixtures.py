@@ -1,6 +1,7 @@
 """Fixtures and helpers for unit, integration and benchmark code (see tests/conftest.py)."""
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -61,18 +62,34 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+# xdist workers draw ports from disjoint residues: a port is only checked free, not held, so two
+# workers that drew the same one raced for it (seen in CI: a slow launch lost its port to another
+# worker's server). One process does not hand out any of its last 256 ports again.
+_PORT_STRIDE = 16
+_handed: "collections.deque[int]" = collections.deque(maxlen=256)
+
+
+def _worker_index() -> Optional[int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) % _PORT_STRIDE if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free now, below the kernel's ephemeral range. A port from bind(0) lies inside
     that range, where any outgoing connection (a router's pooled one) may take it in the
     moment a restart frees it, and the relaunch then fails to bind."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     high = max(_ephemeral_low(), 20001) - 1
-    for port in random.sample(range(20000, high + 1), min(500, high - 19999)):
+    index = _worker_index()
+    ports = [p for p in range(20000, high + 1)
+             if p not in _handed and (index is None or (p - 20000) % _PORT_STRIDE == index)]
+    for port in random.sample(ports, min(500, len(ports))):
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((host, port))
             except OSError:
                 continue
+            _handed.append(port)
             return port
     raise RuntimeError("no free port in 20000-%d on %s" % (high, host))
 
