@@ -218,3 +218,30 @@ def test_lacking_python_names_the_venv_a_running_server_uses(emulator_python, sp
     res = _probe({"python": _system_python(), "search_paths": [str(tmp_path / "nowhere")]}, tmp_path)
     venv_python = os.path.join(os.path.dirname(os.path.dirname(emulator_python)), "bin", "python")
     assert any(_names(d, venv_python) and "0.5.23+emulator" in d for d in res["diagnosis"]), res["diagnosis"]
+
+
+def test_the_probe_playbook_reports_the_running_server_and_its_port(emulator_python, spawn, tmp_path):
+    """playbooks/probe.yml end to end: the interpreter's sglang, the server on the asked port
+    (listening, its version and tp_size from /server_info) and the records heading."""
+    import json
+    port = free_port()
+    proc = spawn.start([emulator_python, "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)],
+                       env={"SGLANG_EMULATOR_PHASE_SECONDS": "0.1"}, log_path=str(tmp_path / "server.log"))
+    assert wait_for(lambda: _http.request("127.0.0.1", port, "/health", timeout=1).status == 200, 30)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    extra = {"sglang_hosts": "localhost", "sglang_port": port, "sglang_state_dir": str(tmp_path / "state"),
+             "sglang_gpu_backend": "none", "sglang_venv": os.path.dirname(os.path.dirname(emulator_python))}
+    run = subprocess.run([os.path.join(root, ".venv", "bin", "ansible-playbook"), "-i",
+                          os.path.join(root, "inventory", "local.yml"), os.path.join(root, "playbooks", "probe.yml"),
+                          "-e", json.dumps(extra)],
+                         cwd=root, env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(root, "ansible.cfg"),
+                                            ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+                                            no_proxy="*", NO_PROXY="*"),
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    shown = run.stdout[run.stdout.index("TASK [Show the probe]"):]
+    lines = json.JSONDecoder().raw_decode(shown[shown.index("{"):])[0]["msg"]
+    assert re.fullmatch(r"sglang: sglang 0\.5\.23\+emulator in \S+ \(python 3\.\d+\.\d+\)", lines[0]), lines
+    assert "  %d | listening | 0.5.23+emulator | - | -" % port in lines, lines
+    assert any(re.fullmatch(r"  %d \| unmanaged \| \[%d\] \| \S+ \| \d+" % (proc.pid, port), line) for line in lines), lines
+    assert lines[lines.index("diagnosis:") - 1] == "records: none" and lines[-1].startswith("  - port %d is held" % port)
