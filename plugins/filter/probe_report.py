@@ -33,10 +33,12 @@ def sglang_line(interp: Mapping[str, Any]) -> str:
     return "sglang: NO sglang for %s: %s" % (interp.get("path", "?"), interp.get("error") or "not installed")
 
 
-def elsewhere_lines(interpreters: Sequence[Any]) -> List[str]:
-    """Other interpreters on the host that do have sglang: where the operator's venv may be."""
+def elsewhere_lines(interpreters: Sequence[Any], interp: Mapping[str, Any]) -> List[str]:
+    """Interpreters with sglang other than the one asked about (its own line says that one):
+    where the operator's venv may be."""
+    own = {interp.get("path"), interp.get("executable")} - {None}
     found = "; ".join("%s has sglang %s" % (i.get("python"), i.get("sglang_version"))
-                      for i in map(_dict, interpreters))
+                      for i in map(_dict, interpreters) if i.get("python") not in own)
     return ["other installs: " + found] if found.strip() else []
 
 
@@ -86,8 +88,9 @@ def diagnosis_lines(diagnosis: Sequence[Any]) -> List[str]:
 def probe_report(result: Mapping[str, Any]) -> List[str]:
     """Every line of the probe playbook's report for one host."""
     res = _dict(result)
-    return ([sglang_line(_dict(res.get("interpreter")))]
-            + elsewhere_lines(_list(res.get("interpreters")))
+    interp = _dict(res.get("interpreter"))
+    return ([sglang_line(interp)]
+            + elsewhere_lines(_list(res.get("interpreters")), interp)
             + server_lines(_list(res.get("servers")))
             + port_lines(_list(res.get("ports")))
             + gpu_lines(_dict(res.get("gpus")))

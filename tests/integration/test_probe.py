@@ -243,5 +243,8 @@ def test_the_probe_playbook_reports_the_running_server_and_its_port(emulator_pyt
     lines = json.JSONDecoder().raw_decode(shown[shown.index("{"):])[0]["msg"]
     assert re.fullmatch(r"sglang: sglang 0\.5\.23\+emulator in \S+ \(python 3\.\d+\.\d+\)", lines[0]), lines
     assert "  %d | listening | 0.5.23+emulator | - | -" % port in lines, lines
+    # the asked venv has its own line; "other installs" names only other ones
+    assert not any(line.startswith("other installs:") and extra["sglang_venv"] + "/bin/python " in line
+                   for line in lines), lines
     assert any(re.fullmatch(r"  %d \| unmanaged \| \[%d\] \| \S+ \| \d+" % (proc.pid, port), line) for line in lines), lines
     assert lines[lines.index("diagnosis:") - 1] == "records: none" and lines[-1].startswith("  - port %d is held" % port)

@@ -10,7 +10,8 @@ from ansible_collections.llmops.sglang.plugins.filter import probe_report as pr
 FULL: Dict[str, Any] = {
     "interpreter": {"sglang_installed": True, "sglang_version": "0.5.6", "path": "/v/bin/python",
                     "python_version": "3.12.1"},
-    "interpreters": [{"python": "/a/bin/python", "sglang_version": "0.4.1"}],
+    "interpreters": [{"python": "/a/bin/python", "sglang_version": "0.4.1"},
+                     {"python": "/v/bin/python", "sglang_version": "0.5.6"}],
     "servers": [{"pid": 10, "instance": "ex", "listening_ports": [30000, 30001], "user": "root", "members": [1, 2, 3]},
                 {"pid": 11, "instance": None, "listening_ports": [], "user": "bob", "members": []}],
     "ports": [{"port": 30000, "listening": True, "version": "0.5.6",
@@ -78,9 +79,12 @@ def test_the_gpu_heading_counts_gpus_or_gives_the_backends_note(gpus: Dict[str, 
     assert lines[0] == head and len(lines) == 1 + len(gpus.get("gpus", []))
 
 
-def test_other_installs_only_when_there_are_some():
-    assert pr.elsewhere_lines([]) == []
-    assert pr.elsewhere_lines([{"python": "/a", "sglang_version": "1"}, {"python": "/b", "sglang_version": "2"}]) == [
+def test_other_installs_only_when_there_are_some_besides_the_one_asked_about():
+    asked = {"path": "/v/bin/python", "executable": "/usr/bin/python3.12"}
+    assert pr.elsewhere_lines([], asked) == []
+    assert pr.elsewhere_lines([{"python": "/v/bin/python", "sglang_version": "1"}], asked) == []
+    assert pr.elsewhere_lines([{"python": "/usr/bin/python3.12", "sglang_version": "1"}], asked) == []
+    assert pr.elsewhere_lines([{"python": "/a", "sglang_version": "1"}, {"python": "/b", "sglang_version": "2"}], {}) == [
         "other installs: /a has sglang 1; /b has sglang 2"]
 
 
