@@ -124,9 +124,10 @@ class ActionModule(ActionBase):
                 # the restart's server becomes the last proven-good launch (what a later rollback
                 # restores) only here, once it held past the hold; never the rollback's (final)
                 promote = dec["promote_due"] and not args.get("final")
-                # a converged run with no readiness wait (proven): the check's own call gives the
-                # lock back once the server is ready - nothing of this run is left to roll back
-                token = dec["release_token"] if dec["proven"] and dec["release_at_end"] and not args.get("final") else None
+                # the lock this run still holds goes back in the check's own call once the server
+                # held past the hold; a server that dies inside it keeps the lock for its rollback
+                # (given back by the final call, after the rollback)
+                token = dec["release_token"] if dec["release_at_end"] and not args.get("final") else None
                 spec = {k: v for k, v in spec.items() if v is not None}
                 if dec["proven"] and args.get("wait_timeout") is not None:
                     # the check stands in for the readiness wait: a busy or briefly stalled server

@@ -63,21 +63,50 @@ def test_a_refused_restart_says_the_old_server_serves_and_a_dead_one_does_not(on
 
 # --- finding 2: a crash seconds after ready -------------------------------------------------------
 
-def test_a_crash_seconds_after_ready_is_rolled_back_never_serving_new(one_host):
+# Records, at the start of every task, whether the instance's operation lock is held: the
+# controller starts a task only once the previous one ended on every host.
+LOCK_SPY = """
+import json, os
+from ansible.plugins.callback import CallbackBase
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "lockspy"
+    CALLBACK_NEEDS_ENABLED = True
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        with open(os.environ["LOCKSPY_OUT"], "a") as fh:
+            fh.write(json.dumps([task.get_name(), os.path.exists(os.environ["LOCKSPY_LOCK"])]) + "\\n")
+"""
+
+
+def test_a_crash_seconds_after_ready_is_rolled_back_never_serving_new(one_host, tmp_path):
     inv, hv = one_host
     first, out = _play(inv, "restart_serving.yml")
     assert first.returncode == 0, out[-4000:]
     old = _record(hv)
+    spy_dir, seen = tmp_path / "spy", tmp_path / "spy.jsonl"
+    spy_dir.mkdir()
+    (spy_dir / "lockspy.py").write_text(LOCK_SPY)
+    lock = os.path.join(hv["sglang_state_dir"], "%s.restart.lock" % hv["sglang_name"])
     # the new configuration dies 8 s after its ready line: long past the 2 s settle window and
     # the readiness wait's end (its proof of work included, on a loaded machine too), inside the
     # last check's hold (12 s here, to keep the margin on a loaded machine; 5 s by default)
-    crash, out = _play(inv, "restart_serving.yml", {
-        "sglang_hold": 12,
-        "sglang_serving_args": {"mem-fraction-static": 0.6},
-        "sglang_serving_env": {"SGLANG_EMULATOR_FAULT": "crash_after", "SGLANG_EMULATOR_CRASH_AFTER": "8"}})
+    extra = {"sglang_hold": 12, "sglang_serving_args": {"mem-fraction-static": 0.6},
+             "sglang_serving_env": {"SGLANG_EMULATOR_FAULT": "crash_after", "SGLANG_EMULATOR_CRASH_AFTER": "8"}}
+    crash = play_runs.play(inv, "restart_serving.yml", "-e", json.dumps(extra),
+                           wrap=["env", "ANSIBLE_CALLBACK_PLUGINS=%s" % spy_dir, "ANSIBLE_CALLBACKS_ENABLED=lockspy",
+                                 "LOCKSPY_OUT=%s" % seen, "LOCKSPY_LOCK=%s" % lock])
+    out = crash.stdout + crash.stderr
     assert crash.returncode != 0, out[-4000:]
     head = _head(out, hv)
     assert head == "serving OLD config (rolled back)", out[-4000:]
+    # The rollback ran under this run's operation lock: the readiness wait kept it through the
+    # hold (before, it gave it back at the ready line, so another run could start a restart of
+    # the instance while this one relaunched the old server). Given back at the end.
+    tasks = [json.loads(line) for line in seen.read_text().splitlines()]
+    rollback = [held for name, held in tasks if "relaunch the last proven-good configuration (rollback)" in name]
+    assert rollback == [True], tasks
+    assert not os.path.exists(lock)
     now = _record(hv)
     assert now["fingerprint"] == old["fingerprint"] and _procs.is_alive(now["pid"], now["start_time"])
     assert _serves(hv)
