@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Count the lines of Jinja in roles/ and playbooks/ YAML: a line holding `{{` or `{%`, or one
 inside a multi-line expression. Decisions belong in tested filter plugins (plugins/filter), so
 tests/unit/test_jinja_budget.py keeps this count from growing.

@@ -154,6 +154,7 @@ class ActionModule(ActionBase):
         out = restart_outcome(data)
         out["rollback_due"] = due
         out["at"] = time.strftime("%Y-%m-%d %H:%M:%S")  # when it was checked (the controller's clock)
+        out["run"] = L.run_id()  # which run: a persistent fact cache keeps this result for the next
         self._verbose_always = False
         if not due:
             self._show(out["summary"])

@@ -39,6 +39,14 @@ def _controller_pid() -> int:
     return parent.pid
 
 
+def run_id() -> str:
+    """This ansible-playbook run: the controller, the process's pid and its start time (a reused
+    pid differs). What a run's results carry, so that one kept by a persistent fact cache is
+    never taken for this run's."""
+    pid = _controller_pid()
+    return "%s:%d:%s" % (os.uname().nodename, pid, _lock.process_start(pid))
+
+
 def holder(task_vars: Mapping[str, Any]) -> Dict[str, Any]:
     """Who takes the lock: this controller's ansible-playbook, the play and the inventory host."""
     return {"controller": _lock.controller_identity(_controller_pid()), "play": task_vars.get("ansible_play_name"),

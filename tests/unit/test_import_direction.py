@@ -48,7 +48,7 @@ OUTSIDE: Dict[str, Set[str]] = {
     "modules": {"module_utils"},
     "action": {"module_utils", "plugin_utils"},
     "plugin_utils": {"module_utils", "plugin_utils"},
-    "filter": {"module_utils", "filter"},
+    "filter": {"module_utils", "plugin_utils", "filter"},
     "doc_fragments": set(),
 }
 

@@ -95,4 +95,3 @@ def test_shm_counts_held_files_and_rounds_mib():
 
 def test_a_record_without_a_name_is_still_listed():
     assert pr.records_line([{"alive": True}, {"name": "b"}]) == "records: ?=alive, b=dead"
-
