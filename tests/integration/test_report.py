@@ -52,7 +52,7 @@ def test_report_has_every_host_and_escapes_log_lines(tmp_path) -> None:
     html = open(paths["html"]).read()
     assert html.count("<svg") == 2
     assert "serving NEW config" in html and "DOWN (no server)" in html
-    assert "no result (the host never reached the restart)" in html  # gpu-3
+    assert "no result from this run (the host never reached the restart)" in html  # gpu-3
     assert "CUDA out of memory &lt;&amp;&gt;" in html and "<&>" not in html
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
     md = open(paths["md"]).read()

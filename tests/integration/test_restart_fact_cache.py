@@ -1,7 +1,8 @@
 """A persistent fact cache (fact_caching = jsonfile, as many fleets run) keeps the restart's
 `ansible_facts.sglang_restart_failed` from an earlier run. The roll must stop only on a failure
 of THIS run: before, a host that failed last time stopped the next run's roll at its first
-batch ("failed in an earlier batch ... not touched"), before that host was even tried again.
+batch ("failed in an earlier batch ... not touched"), before that host was even tried again, and
+the report showed last run's outcome for a host this run never reached.
 
 h1 and h2, one host per batch (serial 1). Run 1: h2's model path does not exist, its plan
 refuses (h1 restarted). Run 2, h2 fixed: h1 is converged and h2 restarts."""
@@ -49,3 +50,16 @@ def test_a_failure_left_in_the_fact_cache_by_an_earlier_run_does_not_stop_the_ro
     assert _heads(out, hosts["h1"], "h1")[-1].startswith("serving (unchanged"), out[-5000:]
     assert _heads(out, hosts["h2"], "h2")[-1].startswith("serving NEW config"), out[-5000:]
     assert os.path.exists(os.path.join(hosts["h2"]["sglang_state_dir"], "%s.json" % hosts["h2"]["sglang_name"]))
+
+    # Run 3: h1 refused, and with it its batch (every host of it failed): the play ends before
+    # h2. The report lists h2 as not reached by this run, not with run 2's result from the cache.
+    report = tmp_path / "report"
+    broken = dict(hosts["h1"], sglang_model_path=str(tmp_path / "no-such-model"))
+    inv = play_runs.write_inventory(str(tmp_path / "inventory-3.yml"), {"h1": broken, "h2": hosts["h2"]})
+    third = play_runs.play(inv, "restart_extraction.yml", "-e", "sglang_serial=1", "-e",
+                           "sglang_report_dir=%s sglang_report_name=r" % report, wrap=cache)
+    out = third.stdout + third.stderr
+    assert third.returncode != 0 and not _heads(out, hosts["h2"], "h2"), out[-5000:]
+    md = (report / "r.md").read_text()
+    assert re.search(r"^\| h2 \| - \| no result from this run", md, re.M), md
+    assert not re.search(r"^\| h2 \| %s \|" % re.escape(hosts["h2"]["sglang_name"]), md, re.M), md
