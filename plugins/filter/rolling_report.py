@@ -201,7 +201,9 @@ def _prewarm_next(next_host: Any, started: Optional[Mapping[str, Any]]) -> str:
 def rolling_summary(data: Mapping[str, Any]) -> List[str]:
     """The lines the role prints at the end of a host's roll; the first says what happened to it."""
     data = _d(data)
-    restart = _d(data.get("restart"))
+    # the restart's result only when this run entered it: a persistent fact cache keeps the last
+    # run's, which must not be told as this run's prewarm
+    restart = _d(data.get("restart")) if data.get("entered") else {}
     own = _or(restart, "prewarm", _d(data.get("own_prewarm")))
     started = data.get("prewarm_started")
     prewarm = [p.strip() for p in (

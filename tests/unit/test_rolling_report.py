@@ -229,3 +229,12 @@ def test_the_role_calls_each_filter_by_name():
                      "rolling_summary"}
     for name in names:
         assert "llmops.sglang.%s" % name in text, name
+
+
+def test_a_host_not_restarted_this_run_tells_no_prewarm_from_a_cached_restart_result():
+    """A persistent fact cache hands the next run the last restart's result; a converged host
+    (the restart not entered) says nothing of that run's prewarm."""
+    cached = {"prewarm": {"resident_before_pct": 42.5, "read_bytes": 3145728}}
+    assert rolling_summary(dict(UNCHANGED, restart=cached))[-1] == "prewarm: none"
+    assert rolling_summary(dict(ROLLED_HOST, restart=cached))[-1] == (
+        "prewarm: before the teardown: resident 42.5%, read 3.0 MiB")
