@@ -70,8 +70,12 @@ def check(execute: Callable[[Dict[str, Any]], Dict[str, Any]], args: Mapping[str
     gave_back: Optional[Mapping[str, Any]] = None
     for _call in range(HOLD_CALLS):
         ask = promote and age is not None
+        # where the server is to be promoted, the lock goes back only in a call that promotes it
+        # too: one that gave it back but could not promote would leave the rollback of a server
+        # that a later call finds dead without the lock
+        give = bool(release) and (ask or not promote)
         more = dict({"promote": True} if ask else {},
-                    **({"release_lock": release, "release_lock_after": hold} if release else {}))
+                    **({"release_lock": release, "release_lock_after": hold} if give else {}))
         res = execute(dict(args, settle=round(settle, 2), **more))
         if release and _released(res, release):
             release, gave_back = None, res["operation_lock_released"]
@@ -84,7 +88,10 @@ def check(execute: Callable[[Dict[str, Any]], Dict[str, Any]], args: Mapping[str
             break
     if promote and res.get("ready") and not promoted and age is not None:
         # held, but no call could be asked to promote it (its age was unknown before): once more
-        again = execute(dict(args, settle=0.0, promote=True))
+        again = execute(dict(args, settle=0.0, promote=True,
+                             **({"release_lock": release, "release_lock_after": hold} if release else {})))
+        if release and _released(again, release):
+            release, gave_back = None, again["operation_lock_released"]
         res = dict(again, held_since_ready=res.get("held_since_ready")) if again.get("ready") else again
     if gave_back is not None:
         res["operation_lock_released"] = gave_back

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Filters hosts_failed and run_results: the restart results of THIS ansible-playbook run. The
+"""Filters hosts_failed, run_results and this_run: the restart results of THIS ansible-playbook run. The
 restart reports its outcome as facts (ansible_facts.sglang_restart_failed, .sglang_restart_result), and
 a persistent fact cache (fact_caching = jsonfile, redis, ...) hands them to the next run: read
 as they are, a host that failed last time stopped the next run's roll before it was even tried
@@ -42,6 +42,12 @@ def _at(value: Any, path: str) -> Any:
     return value
 
 
+def this_run(result: Any, run: Optional[str] = None) -> Dict[str, Any]:
+    """`result` when this run produced it (or it names no run), else {}: a reader of one host's
+    restart result never takes a cached one for this run's."""
+    return dict(result) if of_run(result, run or run_id()) else {}
+
+
 def run_results(hosts: Any, hostvars: Any, fact: str = "ansible_facts.sglang_restart_result",
                 run: Optional[str] = None) -> List[Dict[str, Any]]:
     """The restart results (at the dotted path `fact` of each host's variables) that this run
@@ -57,4 +63,4 @@ def run_results(hosts: Any, hostvars: Any, fact: str = "ansible_facts.sglang_res
 
 class FilterModule:
     def filters(self) -> Dict[str, Any]:
-        return {"hosts_failed": hosts_failed, "run_results": run_results}
+        return {"hosts_failed": hosts_failed, "run_results": run_results, "this_run": this_run}

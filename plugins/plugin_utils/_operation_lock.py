@@ -14,6 +14,7 @@ on its token); alive -> refused; another controller -> refused with holder and a
 """
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 from typing import Any, Callable, Dict, Mapping, Optional
@@ -40,11 +41,14 @@ def _controller_pid() -> int:
 
 
 def run_id() -> str:
-    """This ansible-playbook run: the controller, the process's pid and its start time (a reused
-    pid differs). What a run's results carry, so that one kept by a persistent fact cache is
-    never taken for this run's."""
+    """This ansible-playbook run: the controller, the process's pid and its start time, and a
+    nonce of the run (a digest of multiprocessing's authentication key: random per
+    ansible-playbook process, inherited by the workers it forks), so that a reused pid differs
+    also where there is no /proc to read a start time from. What a run's results carry, so that
+    one kept by a persistent fact cache is never taken for this run's."""
     pid = _controller_pid()
-    return "%s:%d:%s" % (os.uname().nodename, pid, _lock.process_start(pid))
+    nonce = hashlib.sha256(bytes(multiprocessing.current_process().authkey)).hexdigest()[:12]
+    return "%s:%d:%s:%s" % (os.uname().nodename, pid, _lock.process_start(pid), nonce)
 
 
 def holder(task_vars: Mapping[str, Any]) -> Dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Dict, Iterator, List, Set
 import psutil
 import pytest
 
+from helpers.fixtures import wait_for
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _discovery
 from ansible_collections.llmops.sglang.plugins.module_utils._probe import _probe
 from ansible_collections.llmops.sglang.plugins.module_utils._host import _procs
@@ -126,6 +127,9 @@ def test_members_without_psutils_one_pass_parent_map(monkeypatch, fake_server):
 def test_a_row_whose_process_exited_reads_as_gone():
     child = subprocess.Popen(["sleep", "600"])
     try:
+        # the snapshot must see it as sleep: right after fork it may still be this interpreter
+        # (or between exec's halves, with no command line yet)
+        assert wait_for(lambda: open("/proc/%d/cmdline" % child.pid, "rb").read() == b"sleep\x00600\x00", 10)
         procs = _procs.snapshot()
     finally:
         child.kill()

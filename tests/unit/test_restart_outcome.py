@@ -570,6 +570,27 @@ def test_the_proven_check_gives_the_lock_back_only_once_the_hold_has_passed():
     assert "still held" not in "\n".join(out["summary"])
 
 
+def test_the_lock_goes_back_only_in_a_call_that_promotes_when_promotion_is_due():
+    # the readiness result gave no age of the ready line: the first call is not asked to promote,
+    # so it must not give the lock back either - the promoting call after it may find the server
+    # dead, and its rollback must run under the lock
+    calls = []
+    live = check(_held_server(calls, 30.0), {"name": "ex"}, 5.0, {"ready": True}, promote=True, release="tok-1")
+    assert "release_lock" not in calls[0] and "promote" not in calls[0], calls
+    assert calls[-1]["promote"] and calls[-1]["release_lock"] == "tok-1", calls
+    assert _released(live, "tok-1")
+    calls.clear()
+
+    def dies(args):
+        calls.append(dict(args))
+        if len(calls) == 1:
+            return _held_server([], 30.0)(args)
+        return {"ready": False, "reason": "process_exited"}
+    dead = check(dies, {"name": "ex"}, 5.0, {"ready": True}, promote=True, release="tok-1")
+    assert not dead["ready"] and "operation_lock_released" not in dead, dead
+    assert "release_lock" not in calls[0]
+
+
 def test_sglang_ready_gives_the_lock_back_only_past_release_lock_after():
     # the module's side of the rule above: a ready line younger than the hold, or of unknown age,
     # keeps the lock; without a minimum age (the restart's own readiness wait) it goes back at once

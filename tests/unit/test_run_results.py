@@ -2,9 +2,10 @@
 cache hands the next run the last run's facts)."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 
-from ansible_collections.llmops.sglang.plugins.filter.run_results import failed_now, hosts_failed, run_results
+from ansible_collections.llmops.sglang.plugins.filter.run_results import failed_now, hosts_failed, run_results, this_run
 from ansible_collections.llmops.sglang.plugins.plugin_utils._operation_lock import run_id
 
 NOW, BEFORE = "ctl:100:5000", "ctl:99:4000"
@@ -39,10 +40,27 @@ def test_facts_that_are_not_a_restart_result_say_nothing():
     assert failed_now({"sglang_restart_failed": True}, NOW)  # names no run: taken as it is
 
 
-def test_the_run_is_this_process_and_its_start():
-    node, pid, start = run_id().split(":")
-    assert node == os.uname().nodename and int(pid) == os.getpid() and start.isdigit()
+def _in_a_worker(queue):
+    queue.put(run_id())
+
+
+def test_the_run_is_this_process_its_start_and_a_nonce_its_forked_workers_share():
+    node, pid, start, nonce = run_id().split(":")
+    assert node == os.uname().nodename and int(pid) == os.getpid() and start.isdigit() and len(nonce) == 12
     assert run_id() == run_id()
+    ctx = multiprocessing.get_context("fork")  # as ansible-playbook starts its workers
+    queue = ctx.Queue()
+    worker = ctx.Process(target=_in_a_worker, args=(queue,))
+    worker.start()
+    assert queue.get(timeout=30) == run_id()
+    worker.join(30)
+
+
+def test_this_run_keeps_only_this_runs_result():
+    assert this_run({"run": NOW, "head": "x"}, run=NOW) == {"run": NOW, "head": "x"}
+    assert this_run({"run": BEFORE, "head": "x"}, run=NOW) == {}
+    assert this_run({"head": "by hand"}, run=NOW) == {"head": "by hand"}
+    assert this_run(None, run=NOW) == {} and this_run("x", run=NOW) == {}
 
 
 def test_run_results_keeps_this_runs_results_in_order():
