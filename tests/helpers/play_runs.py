@@ -9,7 +9,8 @@ import os
 import signal
 import subprocess
 import uuid
-from typing import Any, Dict, List, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
 
 import yaml
 
@@ -108,3 +109,13 @@ def kill_tree(leader: int) -> None:
 
 def teardown(inventory: str) -> subprocess.CompletedProcess:
     return play(inventory, "teardown.yml", timeout=300)
+
+
+@contextmanager
+def localhosts(base: str, *labels: str) -> Iterator[Dict[str, Dict[str, Any]]]:
+    """Host vars of localhost aliases (host_vars), each with its own instance; every server of
+    theirs torn down on the way out (the teardown must succeed)."""
+    hosts = {label: host_vars(base, label) for label in labels}
+    yield hosts
+    down = teardown(write_inventory(os.path.join(base, "teardown-inventory.yml"), hosts))
+    assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]

@@ -19,11 +19,8 @@ from helpers import play_runs
 
 @pytest.fixture
 def hosts(tmp_path) -> Iterator[Dict[str, dict]]:
-    hv = {h: play_runs.host_vars(str(tmp_path), h) for h in ("h1", "h2")}
-    yield hv
-    inv = play_runs.write_inventory(str(tmp_path / "teardown-inventory.yml"), hv)
-    down = play_runs.teardown(inv)
-    assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]
+    with play_runs.localhosts(str(tmp_path), "h1", "h2") as hv:
+        yield hv
 
 
 def _heads(out: str, hv: dict, host: str):
