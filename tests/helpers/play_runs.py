@@ -9,8 +9,7 @@ import os
 import signal
 import subprocess
 import uuid
-from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional
 
 import yaml
 
@@ -111,11 +110,12 @@ def teardown(inventory: str) -> subprocess.CompletedProcess:
     return play(inventory, "teardown.yml", timeout=300)
 
 
-@contextmanager
-def localhosts(base: str, *labels: str) -> Iterator[Dict[str, Dict[str, Any]]]:
-    """Host vars of localhost aliases (host_vars), each with its own instance; every server of
-    theirs torn down on the way out (the teardown must succeed)."""
-    hosts = {label: host_vars(base, label) for label in labels}
-    yield hosts
+def localhosts(base: str, *labels: str) -> Dict[str, Dict[str, Any]]:
+    """Host vars of localhost aliases (host_vars), each with its own instance."""
+    return {label: host_vars(base, label) for label in labels}
+
+
+def tear_down_hosts(base: str, hosts: Dict[str, Dict[str, Any]]) -> None:
+    """Every server of `hosts` torn down (teardown.yml); the teardown must succeed."""
     down = teardown(write_inventory(os.path.join(base, "teardown-inventory.yml"), hosts))
     assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]

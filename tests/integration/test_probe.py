@@ -241,7 +241,7 @@ def test_the_probe_playbook_reports_the_running_server_and_its_port(emulator_pyt
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     shown = run.stdout[run.stdout.index("TASK [Show the probe]"):]
     lines = json.JSONDecoder().raw_decode(shown[shown.index("{"):])[0]["msg"]
-    assert re.fullmatch(r"sglang: sglang 0\.5\.23\+emulator in \S+ \(python 3\.\d+\.\d+\)", lines[0]), lines
+    assert re.fullmatch(r"sglang: sglang 0\.5\.23\+emulator in .+ \(python 3\.\d+\.\d+\)", lines[0]), lines
     assert "  %d | listening | 0.5.23+emulator | - | -" % port in lines, lines
     # the asked venv has its own line; "other installs" names only other ones
     assert not any(line.startswith("other installs:") and extra["sglang_venv"] + "/bin/python " in line

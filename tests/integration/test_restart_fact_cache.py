@@ -19,8 +19,9 @@ from helpers import play_runs
 
 @pytest.fixture
 def hosts(tmp_path) -> Iterator[Dict[str, dict]]:
-    with play_runs.localhosts(str(tmp_path), "h1", "h2") as hv:
-        yield hv
+    hv = play_runs.localhosts(str(tmp_path), "h1", "h2")
+    yield hv
+    play_runs.tear_down_hosts(str(tmp_path), hv)
 
 
 def _heads(out: str, hv: dict, host: str):

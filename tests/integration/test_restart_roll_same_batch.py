@@ -25,8 +25,9 @@ def _serving(hv: dict) -> bool:
 
 @pytest.fixture
 def batch(tmp_path) -> Iterator[Dict[str, dict]]:
-    with play_runs.localhosts(str(tmp_path), "h1", "h2") as hosts:
-        yield hosts
+    hosts = play_runs.localhosts(str(tmp_path), "h1", "h2")
+    yield hosts
+    play_runs.tear_down_hosts(str(tmp_path), hosts)
 
 
 def test_a_host_unreachable_mid_batch_does_not_turn_a_replaced_host_into_a_refusal(tmp_path, batch):
