@@ -98,6 +98,13 @@ def check(execute: Callable[[Dict[str, Any]], Dict[str, Any]], args: Mapping[str
     return res
 
 
+def lock_gone(res: Mapping[str, Any]) -> bool:
+    """sglang_lock state=absent left this run's lock gone: it removed it, or there was none to
+    remove (`not_held`: an earlier call of this run, one that raised after giving it back, did) -
+    never "still held" for a lock that no longer exists. Another holder's lock (`kept`) is not."""
+    return not res.get("failed") and (bool(res.get("changed")) or res.get("reason") == "not_held")
+
+
 def _released(res: Mapping[str, Any], token: Optional[str]) -> bool:
     """The call gave back the lock of `token`."""
     done = res.get("operation_lock_released")
@@ -153,7 +160,7 @@ class ActionModule(ActionBase):
                 released = self._run_module(L.LOCK_MODULE, {
                     "name": lock["name"], "state_dir": lock.get("state_dir"), "state": "absent",
                     "holder": L.holder(task_vars)}, task_vars)
-                data["lock_released"] = bool(released.get("changed")) and not released.get("failed")
+                data["lock_released"] = lock_gone(released)
                 if released.get("failed"):
                     display.warning("the operation lock was not released: %s" % released.get("msg"))
         finally:

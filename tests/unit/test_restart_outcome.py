@@ -7,7 +7,8 @@ from typing import Any, Dict
 
 import pytest
 
-from ansible_collections.llmops.sglang.plugins.action.sglang_restart_outcome import _released, check, hold_left, ready_age
+from ansible_collections.llmops.sglang.plugins.action.sglang_restart_outcome import (
+    _released, check, hold_left, lock_gone, ready_age)
 from ansible_collections.llmops.sglang.plugins.filter.restart_outcome import (restart_decide, restart_outcome,
                                                                               restart_rollback)
 from ansible_collections.llmops.sglang.plugins.module_utils._readiness._ready_call import release_due
@@ -589,6 +590,16 @@ def test_the_lock_goes_back_only_in_a_call_that_promotes_when_promotion_is_due()
     dead = check(dies, {"name": "ex"}, 5.0, {"ready": True}, promote=True, release="tok-1")
     assert not dead["ready"] and "operation_lock_released" not in dead, dead
     assert "release_lock" not in calls[0]
+
+
+def test_the_end_says_released_for_a_lock_that_no_longer_exists():
+    # sglang_lock state=absent: removed now, or nothing left to remove (an earlier call of this
+    # run gave it back and then raised: the rescue's call finds none) - not "still held"
+    assert lock_gone({"changed": True, "reason": "released", "lock_path": "/s/x.restart.lock", "previous": {}})
+    assert lock_gone({"changed": False, "reason": "not_held", "lock_path": "/s/x.restart.lock"})
+    assert not lock_gone({"changed": False, "reason": "kept", "kept": "pid 7 of another run"})  # another holder's
+    assert not lock_gone({"failed": True, "msg": "cannot remove the lock"})
+    assert not lock_gone({})
 
 
 def test_sglang_ready_gives_the_lock_back_only_past_release_lock_after():
