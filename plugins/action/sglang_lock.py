@@ -22,7 +22,8 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
     _supports_async = False
-    _VALID_ARGS = frozenset(("name", "state_dir", "state", "ttl", "force", "token"))
+    # gpu_backend, api_key: the action group's shared options (module_defaults), unused by the lock
+    _VALID_ARGS = frozenset(("name", "state_dir", "state", "ttl", "force", "token", "gpu_backend", "api_key"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

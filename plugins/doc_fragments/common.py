@@ -35,6 +35,37 @@ options:
     type: str
 """
 
+    # The action group's shared options, for a module that has no use for them: accepted so
+    # that module_defaults on the group reach every module (one that did not know an option would fail).
+    UNUSED_STATE_DIR = r"""
+options:
+  state_dir:
+    description:
+      - Accepted so that C(module_defaults) on the C(llmops.sglang.sglang) action group can set it
+        once for every module; this module keeps no state and ignores it.
+    type: path
+"""
+
+    UNUSED_GPU_BACKEND = r"""
+options:
+  gpu_backend:
+    description:
+      - Accepted so that C(module_defaults) on the C(llmops.sglang.sglang) action group can set it
+        once for every module; this module reads no GPU and ignores it.
+    type: str
+    choices: [auto, nvml, nvidia-smi, none]
+    default: auto
+"""
+
+    UNUSED_API_KEY = r"""
+options:
+  api_key:
+    description:
+      - The servers' C(--api-key), accepted so that C(module_defaults) on the C(llmops.sglang.sglang)
+        action group can set it once for every module; this module sends it nowhere.
+    type: str
+"""
+
     PORTS = r"""
 options:
   ports:

@@ -128,6 +128,9 @@ options:
         waits at most about O(slice_seconds) and answers RV(pending) when the slice ends before
         the verdict.
     type: dict
+extends_documentation_fragment:
+  - llmops.sglang.common.unused_state_dir
+  - llmops.sglang.common.unused_gpu_backend
 attributes:
   check_mode:
     support: full
@@ -229,7 +232,7 @@ SLICE_MAX_S = 600.0
 
 def argument_spec() -> Dict[str, Any]:
     return _options.merged(
-        _options.API_KEY,
+        _options.GROUP,
         host=dict(type="str", default="127.0.0.1"),
         port=dict(type="int", required=True),
         name=dict(type="str"),

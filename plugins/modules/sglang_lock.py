@@ -84,6 +84,8 @@ options:
     type: str
 extends_documentation_fragment:
   - llmops.sglang.common.state_dir
+  - llmops.sglang.common.unused_gpu_backend
+  - llmops.sglang.common.unused_api_key
 notes:
   - Supports check mode and diff (the holder line before and after).
   - Failure reasons - V(locked) (held by someone else; RV(holder), RV(age)), V(lock_failed)
@@ -225,7 +227,7 @@ def main() -> None:
     _exit.started()
     module = AnsibleModule(
         argument_spec=_options.merged(
-            _options.STATE_DIR,
+            _options.GROUP,
             name=dict(type="str", required=True),
             state=dict(type="str", choices=["present", "absent"], default="present"),
             ttl=dict(type="float", default=0.0),

@@ -90,6 +90,10 @@ options:
       - Return RV(details), one entry per file (residency before and after, bytes read, seconds).
     type: bool
     default: false
+extends_documentation_fragment:
+  - llmops.sglang.common.unused_state_dir
+  - llmops.sglang.common.unused_gpu_backend
+  - llmops.sglang.common.unused_api_key
 attributes:
   check_mode:
     support: full
@@ -283,11 +287,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _depsearch
 from ansible_collections.llmops.sglang.plugins.module_utils._core import _exit
+from ansible_collections.llmops.sglang.plugins.module_utils._core import _options
 from ansible_collections.llmops.sglang.plugins.module_utils._prewarm import _prewarm
 
 
 def argument_spec() -> Dict[str, Any]:
-    return dict(
+    return _options.merged(
+        _options.GROUP,
         model_path=dict(type="path", required=True),
         threads=dict(type="int", default=4),
         block_size=dict(type="raw", default="16M"),

@@ -301,6 +301,7 @@ options:
 extends_documentation_fragment:
   - llmops.sglang.common.state_dir
   - llmops.sglang.common.api_key
+  - llmops.sglang.common.unused_gpu_backend
 attributes:
   check_mode:
     support: full
@@ -632,7 +633,7 @@ from ansible_collections.llmops.sglang.plugins.module_utils._readiness import _w
 
 def argument_spec() -> Dict[str, Any]:
     return _options.merged(
-        _options.STATE_DIR, _options.API_KEY,
+        _options.GROUP,
         name=dict(type="str"),
         record=dict(type="dict"),
         timeout=dict(type="float", default=1200.0),

@@ -39,12 +39,15 @@ options:
       - The router's base URL, for example V(http://router.example:30000).
     type: str
     required: true
-  api_key:
+  router_api_key:
     description:
       - Sent as an C(Authorization) bearer token to the router (a control-plane key where the router
         protects its worker API), only to O(router_url) - no redirect is followed (a 3xx answer
         fails with RV(reason=router_refused)). Never returned.
+      - Until 0.6.0 this was O(api_key), which is now the servers' key of the action group and never
+        sent to the router - a router that answers 401/403 is refused with a hint naming this option.
     type: str
+    version_added: 0.6.0
   worker_url:
     description:
       - The worker's URL as the router knows it, for example V(http://gpu-node-03:30000).
@@ -100,6 +103,10 @@ options:
     type: str
     choices: [auto, workers, legacy]
     default: auto
+extends_documentation_fragment:
+  - llmops.sglang.common.unused_state_dir
+  - llmops.sglang.common.unused_gpu_backend
+  - llmops.sglang.common.unused_api_key
 attributes:
   check_mode:
     support: full
@@ -109,7 +116,7 @@ attributes:
     description: The router's worker URLs before and after.
 notes:
   - Failures carry RV(reason) - V(router_unreachable) (no answer, connection refused, timeout),
-    V(router_refused) (an HTTP error from the router, 401/403 with a hint about O(api_key); or
+    V(router_refused) (an HTTP error from the router, 401/403 with a hint about O(router_api_key); or
     not a router), V(last_healthy_worker) (refused, nothing changed), V(timeout) (the router
     did not list the worker healthy / did not drop it in time), V(invalid_argument),
     V(missing_library).
@@ -207,11 +214,12 @@ from ansible_collections.llmops.sglang.plugins.module_utils._sglang import _deps
 
 
 def argument_spec() -> Dict[str, Any]:
-    # api_key: the shared spec; its documentation stays the module's own (the router's key, not a
-    # server's, which is what the shared fragment describes).
+    # GROUP: the action group's shared options, the servers' api_key among them - never the
+    # router's (router_api_key): module_defaults on the group must not send a server key to a router.
     return _options.merged(
-        _options.API_KEY,
+        _options.GROUP,
         router_url=dict(type="str", required=True),
+        router_api_key=dict(type="str", no_log=True),
         worker_url=dict(type="str"),
         state=dict(type="str", default="listed", choices=list(_router.STATES)),
         wait=dict(type="bool", default=True),
@@ -226,7 +234,7 @@ def argument_spec() -> Dict[str, Any]:
 
 def _body(module: AnsibleModule) -> Dict[str, Any]:
     p = module.params
-    client = _router.RouterClient(p["router_url"], api_key=p["api_key"], timeout=p["request_timeout"],
+    client = _router.RouterClient(p["router_url"], api_key=p["router_api_key"], timeout=p["request_timeout"],
                                   api=p["api"])
     result = _router.ensure(client, _router.Options(
         worker_url=p["worker_url"], state=p["state"], wait=p["wait"], timeout=p["timeout"],
@@ -243,7 +251,7 @@ def main() -> None:
                            required_if=[("state", "present", ("worker_url",)),
                                         ("state", "absent", ("worker_url",))])
     _depsearch.require(module, ("requests",), import_them=True)
-    _exit.run(module, _body, "sglang_router", [module.params["api_key"]])
+    _exit.run(module, _body, "sglang_router", [module.params["router_api_key"], module.params["api_key"]])
 
 
 if __name__ == "__main__":

@@ -87,6 +87,7 @@ author:
 extends_documentation_fragment:
   - llmops.sglang.common.state_dir
   - llmops.sglang.common.gpu_backend
+  - llmops.sglang.common.unused_api_key
 options:
   name:
     description:

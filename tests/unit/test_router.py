@@ -190,7 +190,7 @@ def test_wrong_api_key_is_router_refused_with_a_hint() -> None:
     fake = FakeRouter("workers", [(W1, True)], key="k-good-123")
     with pytest.raises(SglangError) as err:
         client(fake, api_key="k-bad-456").workers()
-    assert err.value.details["reason"] == "router_refused" and "api_key" in err.value.msg
+    assert err.value.details["reason"] == "router_refused" and "router_api_key" in err.value.msg
     assert "k-good-123" not in str(err.value.details) + err.value.msg
     assert "k-bad-456" not in str(err.value.details) + err.value.msg
     assert [w.url for w in client(fake, api_key="k-good-123").workers()] == [W1]

@@ -45,7 +45,7 @@ def teardown() -> Dict[str, Any]:
 def teardown_module() -> Dict[str, Any]:
     """sglang_teardown's whole argument spec: the module's, and what its action plugin (on the
     controller, which never imports a module file) validates a task against."""
-    return merged(STATE_DIR, GPU_BACKEND, teardown(), name=dict(type="str"))
+    return merged(GROUP, teardown(), name=dict(type="str"))
 
 
 def merged(*specs: Dict[str, Any], **own: Any) -> Dict[str, Any]:
@@ -55,3 +55,10 @@ def merged(*specs: Dict[str, Any], **own: Any) -> Dict[str, Any]:
         out.update(spec)
     out.update(own)
     return out
+
+
+# What every module of the `llmops.sglang.sglang` action group accepts (meta/runtime.yml), so
+# that `module_defaults: {group/llmops.sglang.sglang: {...}}` can set them once for a play:
+# Ansible gives a group's defaults to each of its modules, and one that did not know an option
+# would fail the task. A module with no use for one of them ignores it (its documentation says so).
+GROUP: Dict[str, Any] = merged(STATE_DIR, GPU_BACKEND, API_KEY)

@@ -160,7 +160,7 @@ class RouterClient:
 
     def _refused(self, resp: _http.Response, what: str) -> SglangError:
         if resp.status in (401, 403):
-            return SglangError("the router at %s refused %s: HTTP %d (api_key missing or wrong)"
+            return SglangError("the router at %s refused %s: HTTP %d (router_api_key missing or wrong: the router's key, not a server's api_key)"
                                % (self.url, what, resp.status), reason="router_refused",
                                status=resp.status)
         return SglangError("the router at %s refused %s: HTTP %s %s"
