@@ -8,6 +8,7 @@ still alive. Controller side only.
         'settle': sglang_restart_ready_settle, 'verify_timeout': sglang_restart_verify_timeout,
         'dump_wait': sglang_restart_dump_wait,
         'prewarm_timeout': sglang_restart_prewarm_timeout if sglang_restart_prewarm else 0,
+        'hold': sglang_restart_hold, 'check_timeout': sglang_restart_final_check_timeout,
         'rollback': sglang_restart_rollback} | llmops.sglang.lock_lifetime }}
 """
 from __future__ import annotations
@@ -38,16 +39,19 @@ def _truthy(value: Any) -> bool:
 def breakdown(steps: Mapping[str, Any]) -> Dict[str, float]:
     """The seconds each step may take, by step: plan (+ prewarm), replace (teardown: the grace
     period, then up to its timeout; the spawn), ready (the wait and its settle window), verify
-    (the proof of work and the dump it waits for), the rollback (the same teardown, spawn,
-    readiness wait and proof again, when it is on) and Ansible's margin."""
+    (the proof of work and the dump it waits for), check (the last check, which keeps the lock
+    until the server held for `hold` seconds after its ready line, then up to its own
+    `check_timeout`), the rollback (the same teardown, spawn, readiness wait, proof and last
+    check again, when it is on) and Ansible's margin."""
     teardown = _seconds(steps, "grace_period") + _seconds(steps, "teardown_timeout")
     launch = _seconds(steps, "spawn_timeout")
     ready = _seconds(steps, "ready_timeout") + _seconds(steps, "settle")
     verify = _seconds(steps, "verify_timeout") + _seconds(steps, "dump_wait")
+    check = _seconds(steps, "hold") + _seconds(steps, "check_timeout")
     introspect = _seconds(steps, "introspect_timeout") if "introspect_timeout" in steps else INTROSPECT_SECONDS
     out = {"plan": PLAN_SECONDS + introspect, "prewarm": _seconds(steps, "prewarm_timeout"),
-           "teardown": teardown, "launch": launch, "ready": ready, "verify": verify,
-           "rollback": (teardown + launch + ready + verify) if _truthy(steps.get("rollback", True)) else 0.0,
+           "teardown": teardown, "launch": launch, "ready": ready, "verify": verify, "check": check,
+           "rollback": (teardown + launch + ready + verify + check) if _truthy(steps.get("rollback", True)) else 0.0,
            "margin": MARGIN_SECONDS}
     return out
 

@@ -33,6 +33,16 @@ def test_without_prewarm_or_rollback_they_cost_nothing():
     assert lock_lifetime(lean) == lock_lifetime(DEFAULTS) - 1800 - 1412
 
 
+def test_the_last_check_through_the_hold_counts_and_again_after_a_rollback():
+    """The last check keeps the lock until the server held `hold` seconds after its ready line
+    (and the call after a rollback checks again): a lifetime without them let a second controller
+    take over the lock of a run still holding a server it could yet roll back."""
+    held = dict(DEFAULTS, hold=600, check_timeout=15)
+    assert breakdown(held)["check"] == 615 and breakdown(held)["rollback"] == 1412 + 615
+    assert lock_lifetime(held) == lock_lifetime(DEFAULTS) + 2 * 615
+    assert lock_lifetime(dict(held, rollback=False)) == lock_lifetime(dict(DEFAULTS, rollback=False)) + 615
+
+
 def test_bad_input_says_which():
     with pytest.raises(ValueError, match="ready_timeout must be a number of seconds"):
         lock_lifetime(dict(DEFAULTS, ready_timeout="soon"))

@@ -54,7 +54,8 @@ def test_every_lock_ttl_is_the_lifetime_of_its_run(tmp_path):
                              "teardown_timeout": r["sglang_restart_teardown_timeout"],
                              "spawn_timeout": r["sglang_restart_spawn_timeout"], "settle": r["sglang_restart_ready_settle"],
                              "verify_timeout": 0, "dump_wait": 0,  # verify: none by default
-                             "prewarm_timeout": r["sglang_restart_prewarm_timeout"], "rollback": True})
+                             "prewarm_timeout": r["sglang_restart_prewarm_timeout"], "rollback": True,
+                             "hold": r["sglang_restart_hold"], "check_timeout": r["sglang_restart_final_check_timeout"]})
     assert float(got["restart"]) == restart
     # the old sum (ready + teardown + grace + verify + dump wait + 600) was shorter than the prewarm
     # plus the rollback's own readiness wait: a second controller took over a live run's lock
