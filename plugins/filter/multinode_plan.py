@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible.utils.vars import merge_hash
 
+from ansible_collections.llmops.sglang.plugins.plugin_utils._hostport import hostport
+
 # sglang_lock's reasons when this run holds the lock; any other reason means another run holds it
 # (or it could not be written).
 _OURS = ("taken", "taken_over", "held")
@@ -59,9 +61,9 @@ def _changed(result: Any) -> bool:
 
 
 def dist_init_addr(host: Any, port: Any) -> str:
-    """host:port of the rendezvous; an IPv6 address is bracketed, or its colons would read as the port's."""
-    host = str(host)
-    return "%s:%d" % ("[%s]" % host if ":" in host else host, _int(port))
+    """host:port of the rendezvous; an IPv6 address is bracketed once (also when the inventory
+    wrote it bracketed), or its colons would read as the port's."""
+    return hostport(host, _int(port))
 
 
 def multinode_rank(hosts: Sequence[str], host: str, head_vars: Mapping[str, Any], port: Any,

@@ -26,8 +26,8 @@ def _rank(host: str = "h0", head: Any = None, **kw: Any) -> Dict[str, Any]:
     ({"sglang_multinode_dist_init_host": "fe80::2", "sglang_multinode_dist_init_port": "34000"}, "[fe80::2]:34000"),
     ({"sglang_multinode_dist_init_port": "34000.0"}, "h0:34000"),            # Jinja's int: a float string
     ({"sglang_multinode_dist_init_port": "nope"}, "h0:0"),                   # ... and 0 for anything else
-    # pinned as the Jinja did it: an address given in brackets is bracketed again
-    ({"sglang_multinode_dist_init_host": "[fd00::1]"}, "[[fd00::1]]:50000"),
+    # an address given in brackets is bracketed once (the Jinja bracketed it again: [[fd00::1]])
+    ({"sglang_multinode_dist_init_host": "[fd00::1]"}, "[fd00::1]:50000"),
 ])
 def test_the_rendezvous_is_rank_0s_address(head, addr):
     for host in HOSTS:  # every rank computes the same one
