@@ -32,8 +32,9 @@ def _group_members() -> List[str]:
 
 @pytest.mark.parametrize("module", _group_members())
 def test_a_group_module_accepts_the_group_options(module: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture) -> None:
-    rc, result, _ = run_main(module, dict(GROUP, no_such_option_ut=1, **REQUIRED.get(module, {})), str(tmp_path), monkeypatch, capsys)
+                                                  capsys: pytest.CaptureFixture) -> None:
+    args = dict(GROUP, no_such_option_ut=1, **REQUIRED.get(module, {}))
+    rc, result, _err = run_main(module, args, str(tmp_path), monkeypatch, capsys)
     assert rc != 0 and result.get("failed"), result
     msg = result.get("msg", "")
     assert "Unsupported parameters" in msg and "no_such_option_ut" in msg, result
