@@ -3,12 +3,6 @@
 from __future__ import annotations
 
 
-def _unused(option: str, why: str, spec: str) -> str:
-    """The fragment of a group option that a module accepts and ignores."""
-    return ("\noptions:\n  %s:\n    description:\n      - Accepted so that C(module_defaults) on the"
-            " C(llmops.sglang.sglang) action group can set it\n        once for every module; %s\n%s" % (option, why, spec))
-
-
 class ModuleDocFragment:
     # Where launch records, locks and per-instance TMPDIRs live.
     STATE_DIR = r"""
@@ -43,10 +37,34 @@ options:
 
     # The action group's shared options, for a module that has no use for them: accepted so
     # that module_defaults on the group reach every module (one that did not know an option would fail).
-    UNUSED_STATE_DIR = _unused("state_dir", "this module keeps no state and ignores it.", "    type: path\n")
-    UNUSED_GPU_BACKEND = _unused("gpu_backend", "this module reads no GPU and ignores it.",
-                                 "    type: str\n    choices: [auto, nvml, nvidia-smi, none]\n    default: auto\n")
-    UNUSED_API_KEY = _unused("api_key", "this module sends the servers' key nowhere.", "    type: str\n")
+    UNUSED_STATE_DIR = r"""
+options:
+  state_dir:
+    description:
+      - Accepted so that C(module_defaults) on the C(llmops.sglang.sglang) action group can set it
+        once for every module; this module keeps no state and ignores it.
+    type: path
+"""
+
+    UNUSED_GPU_BACKEND = r"""
+options:
+  gpu_backend:
+    description:
+      - Accepted so that C(module_defaults) on the C(llmops.sglang.sglang) action group can set it
+        once for every module; this module reads no GPU and ignores it.
+    type: str
+    choices: [auto, nvml, nvidia-smi, none]
+    default: auto
+"""
+
+    UNUSED_API_KEY = r"""
+options:
+  api_key:
+    description:
+      - The servers' C(--api-key), accepted so that C(module_defaults) on the C(llmops.sglang.sglang)
+        action group can set it once for every module; this module sends it nowhere.
+    type: str
+"""
 
     PORTS = r"""
 options:
