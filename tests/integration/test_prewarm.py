@@ -41,7 +41,10 @@ def test_prewarm_warms_evicted_shards_then_is_idempotent(model):
     size = sum(os.path.getsize(f) for f in files)
     result = run_module("sglang_prewarm", {"model_path": directory, "threads": 3, "block_size": "4M"}, diff=True)
     assert result["_rc"] == 0 and result["changed"], result
-    assert pc.total_resident(files) == size == result["resident_after"] == result["bytes"]
+    assert size == result["resident_after"] == result["bytes"]
+    # measured again here with mincore: all of it, but for the few pages the kernel may reclaim in
+    # between from a busy machine (a CI run once found 54 of 16,000 pages gone)
+    assert size - MIB <= pc.total_resident(files) <= size
     assert result["files"] == 7 and result["complete"] and result["read_bytes"] >= 64 * MIB
     assert result["resident_before_pct"] < 1.0 and result["resident_after_pct"] == 100.0
     assert result["gbps"] > 0 and result["seconds"] > 0 and "GB/s" in result["msg"]
