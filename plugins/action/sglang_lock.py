@@ -29,7 +29,8 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
-        args = dict(self._task.args)
+        # (gpu_backend, api_key: the group's options, of no use to the lock: not sent to the host)
+        args = {k: v for k, v in self._task.args.items() if k not in ("gpu_backend", "api_key")}
         args["holder"] = L.holder(task_vars)
 
         def execute(takeover):

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible.utils.vars import merge_hash
 
-from ansible_collections.llmops.sglang.plugins.plugin_utils._hostport import hostport
+from ansible_collections.llmops.sglang.plugins.plugin_utils._hostport import hostport, port_number
 
 # sglang_lock's reasons when this run holds the lock; any other reason means another run holds it
 # (or it could not be written).
@@ -63,7 +63,7 @@ def _changed(result: Any) -> bool:
 def dist_init_addr(host: Any, port: Any) -> str:
     """host:port of the rendezvous; an IPv6 address is bracketed once (also when the inventory
     wrote it bracketed), or its colons would read as the port's."""
-    return hostport(host, _int(port))
+    return hostport(host, port)
 
 
 def multinode_rank(hosts: Sequence[str], host: str, head_vars: Mapping[str, Any], port: Any,
@@ -79,7 +79,7 @@ def multinode_rank(hosts: Sequence[str], host: str, head_vars: Mapping[str, Any]
     head = hosts[0]
     head_vars = _dict(head_vars)
     dist_host = head_vars.get("sglang_multinode_dist_init_host", head_vars.get("ansible_host", head))
-    dist_port = _int(head_vars.get("sglang_multinode_dist_init_port", 50000))
+    dist_port = port_number(head_vars.get("sglang_multinode_dist_init_port", 50000))
     addr = dist_init_addr(dist_host, dist_port)
     # what makes the ranks one server is set last: no inventory args can split them
     server_args = _combine(args, multinode_args, {"nnodes": len(hosts), "node-rank": rank, "dist-init-addr": addr})

@@ -13,14 +13,14 @@ _WILDCARD = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
 
 def url_host(bind_host: Any) -> str:
     """The host of a URL to a server bound at `bind_host`, asked from the server's own host: a
-    wildcard is that family's loopback; an IPv6 literal is bracketed once."""
-    host = bare(bind_host if bind_host is not None else "")
-    return bracketed(_WILDCARD.get(host, host))
+    wildcard (or none) is that family's loopback; an IPv6 literal is bracketed once."""
+    host = bare(bind_host)
+    return bracketed(_WILDCARD.get(host, host), in_url=True)
 
 
 def http_url(host: Any, port: Any) -> str:
     """`http://host:port` with an IPv6 literal bracketed once (`fe80::1` and `[fe80::1]` alike)."""
-    return "http://" + hostport(host, port)
+    return "http://" + hostport(host, port, in_url=True)
 
 
 class FilterModule:

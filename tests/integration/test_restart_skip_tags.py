@@ -4,6 +4,7 @@ keeps running - the summary must not say "unchanged: the requested server was al
 `--skip-tags summary` skips none of the end (the last check gives the lock back)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -33,6 +34,51 @@ def test_skip_tags_verify_does_not_call_the_old_config_the_requested_one(tmp_pat
         head = re.findall(r"%s on h1: (.*)" % re.escape(hosts["h1"]["sglang_name"]), out)
         assert head and head[-1].startswith("serving NEW config"), out[-4000:]
         assert not os.path.exists(lock), out[-4000:]
+    finally:
+        down = play_runs.teardown(inv)
+        assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]
+
+
+EARLIER_PLAN = """
+- name: A plan of the play before the restart, as the rolling role makes one
+  hosts: gpu_8x
+  gather_facts: false
+  vars:
+    sglang_restart_verify: none
+  tasks:
+    - name: Plan, as the roll does (the restart's launch entry point in check mode)
+      ansible.builtin.import_role:
+        name: llmops.sglang.sglang_restart
+        tasks_from: launch.yml
+      check_mode: true
+    - name: Restart
+      ansible.builtin.include_role:
+        name: llmops.sglang.sglang_restart
+"""
+
+
+def test_skip_tags_verify_after_an_earlier_plan_of_the_play_replaces_nothing(tmp_path):
+    """The rolling role plans with the restart's launch task, which registers sglang_launch_result;
+    under `--skip-tags verify` the restart's own plan is skipped, and the restart took the roll's
+    plan for its own: a changed configuration was launched - the old server stopped - without the
+    operation lock, the prewarm or the readiness wait. The restart now forgets the step results of
+    earlier tasks of the play first: nothing is planned, nothing is replaced."""
+    hosts = {"h1": play_runs.host_vars(str(tmp_path), "h1")}
+    inv = play_runs.write_inventory(str(tmp_path / "inventory.yml"), hosts)
+    playbook = tmp_path / "earlier_plan.yml"
+    playbook.write_text(EARLIER_PLAN)
+    record = os.path.join(hosts["h1"]["sglang_state_dir"], hosts["h1"]["sglang_name"] + ".json")
+    try:
+        first = play_runs.play(inv, str(playbook))
+        assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+        with open(record) as fh:
+            pid = json.load(fh)["pid"]
+        run = play_runs.play(inv, str(playbook), "--skip-tags", "verify", "-e", '{"sglang_restart_args": {"mem-fraction-static": 0.7}}')
+        out = run.stdout + run.stderr
+        with open(record) as fh:
+            assert json.load(fh)["pid"] == pid, out[-4000:]
+        head = re.findall(r"%s on h1: (.*)" % re.escape(hosts["h1"]["sglang_name"]), out)
+        assert head and not head[-1].startswith("serving NEW"), (head, out[-3000:])
     finally:
         down = play_runs.teardown(inv)
         assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]

@@ -25,13 +25,18 @@ def _rank(host: str = "h0", head: Any = None, **kw: Any) -> Dict[str, Any]:
     ({"ansible_host": "10.0.0.5", "sglang_multinode_dist_init_host": "node0.ib"}, "node0.ib:50000"),  # wins
     ({"sglang_multinode_dist_init_host": "fe80::2", "sglang_multinode_dist_init_port": "34000"}, "[fe80::2]:34000"),
     ({"sglang_multinode_dist_init_port": "34000.0"}, "h0:34000"),            # Jinja's int: a float string
-    ({"sglang_multinode_dist_init_port": "nope"}, "h0:0"),                   # ... and 0 for anything else
     # an address given in brackets is bracketed once (the Jinja bracketed it again: [[fd00::1]])
     ({"sglang_multinode_dist_init_host": "[fd00::1]"}, "[fd00::1]:50000"),
 ])
 def test_the_rendezvous_is_rank_0s_address(head, addr):
     for host in HOSTS:  # every rank computes the same one
         assert _rank(host, head)["dist_init_addr"] == addr
+
+
+def test_a_rendezvous_port_that_is_no_port_is_refused():
+    """(it gave `h0:0` before, and the ranks failed at the rendezvous)"""
+    with pytest.raises(ValueError, match="port 'nope' is not a number"):
+        _rank(HOSTS[0], {"sglang_multinode_dist_init_port": "nope"})
 
 
 @pytest.mark.parametrize("host, rank", [("h0", 0), ("h1", 1), ("h2", 2)])

@@ -31,3 +31,19 @@ def test_the_rendezvous_address_is_bracketed_once():
     assert dist_init_addr("[fd00::5]", 50000) == "[fd00::5]:50000"
     assert dist_init_addr("fd00::5", "50000") == "[fd00::5]:50000"
     assert dist_init_addr("node-0", 50000) == "node-0:50000"
+
+
+def test_an_ipv6_zone_is_percent_encoded_in_a_url_only():
+    assert http_url("fe80::1%eth0", 30000) == "http://[fe80::1%25eth0]:30000"
+    assert http_url("[fe80::1%25eth0]", 30000) == "http://[fe80::1%25eth0]:30000"
+    assert dist_init_addr("fe80::1%eth0", 50000) == "[fe80::1%eth0]:50000"
+
+
+@pytest.mark.parametrize("host, port, why", [
+    (None, 30000, "no host"), ("", 30000, "no host"), ("host:1234", 30000, "not an IPv6 address"),
+    ("[a", 30000, "not an IPv6 address in brackets"), ("gpu-07", 0, "between 1 and 65535"), ("gpu-07", 70000, "between 1 and 65535"),
+    ("gpu-07", True, "not a number"), ("gpu-07", "x", "not a number"), ("fe80::1%", 1, "empty IPv6 zone"),
+])
+def test_what_cannot_make_an_address_is_refused_by_name(host, port, why):
+    with pytest.raises(ValueError, match=why):
+        http_url(host, port)

@@ -56,3 +56,12 @@ def test_every_module_that_acts_on_a_host_is_in_the_group() -> None:
     modules = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "plugins", "modules"))
                      if f.startswith("sglang_") and f.endswith(".py"))
     assert sorted(set(modules) - set(_group_members())) == ["sglang_report", "sglang_restart_outcome"]
+
+
+def test_the_router_plugin_keeps_the_servers_key_out_of_the_routers_payload() -> None:
+    """The router's task usually runs on the router's host: the servers' api_key that
+    module_defaults give every module of the group never travels there."""
+    from ansible_collections.llmops.sglang.plugins.action.sglang_router import module_args
+
+    task = dict(GROUP, router_url="http://router:30000", router_api_key="sk-router", state="listed")
+    assert module_args(task) == {"router_url": "http://router:30000", "router_api_key": "sk-router", "state": "listed"}
