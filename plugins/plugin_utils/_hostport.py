@@ -17,7 +17,7 @@ def bare(host: Any) -> str:
 
 def _check_ipv6(text: str) -> None:
     """A host with a colon must be an IPv6 literal (with an optional `%zone`)."""
-    addr, _, zone = text.partition("%")
+    addr, _sep, zone = text.partition("%")
     try:
         ipaddress.IPv6Address(addr)
     except ValueError:
