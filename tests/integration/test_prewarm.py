@@ -100,7 +100,8 @@ def test_hf_snapshot_with_details(scratch):
     assert result["tree"] == os.path.realpath(repo)
     assert {d["name"] for d in result["details"]} == {os.path.basename(p) for p in written}
     assert all(d["path"].startswith(os.path.realpath(blobs)) for d in result["details"])
-    assert pc.total_resident(blob_files) == sum(os.path.getsize(p) for p in blob_files)
+    whole = sum(os.path.getsize(p) for p in blob_files)
+    assert whole - MIB <= pc.total_resident(blob_files) <= whole  # (a few pages may be reclaimed between)
 
 
 # Model paths that cannot be warmed: tests/unit/modules/test_sglang_prewarm.yaml (in-process).
@@ -132,4 +133,4 @@ def test_through_the_ansible_cli(model):
     task = json.loads(proc.stdout.split("=> ", 1)[1])
     # (a page another process's memory pressure evicts again in between reads 99.99 on a busy host)
     assert task["changed"] and task["resident_after_pct"] >= 99.9
-    assert pc.total_resident(files) == task["bytes"]
+    assert task["bytes"] - MIB <= pc.total_resident(files) <= task["bytes"]  # (the same, measured here)
