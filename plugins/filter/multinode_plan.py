@@ -110,9 +110,10 @@ def multinode_locked(hosts: Sequence[str], hostvars: Mapping[str, Any], name: st
 
 def multinode_decide(hosts: Sequence[str], hostvars: Mapping[str, Any], force: Any, name: str,
                      addr: str) -> Dict[str, Any]:
-    """One server: when any rank's plan (``sglang_mn_plan``) changes, or ``force``, every rank is
-    replaced. ``reasons`` is each rank's plan reason, ``msg`` the plan line."""
-    plans = [_vars(hostvars, h).get("sglang_mn_plan") for h in hosts]
+    """One server: when any rank's plan (``sglang_launch_result``, registered by the restart role's
+    entry point ``plan``) changes, or ``force``, every rank is replaced. ``reasons`` is each rank's
+    plan reason, ``msg`` the plan line."""
+    plans = [_vars(hostvars, h).get("sglang_launch_result") for h in hosts]
     changing = any(_changed(p) for p in plans if p is not None) or bool(force)
     reasons = {h: _dict(p).get("reason", "?") for h, p in zip(hosts, plans)}
     msg = "%s: %s (%d nodes, dist-init-addr %s; per rank: %s)" % (
@@ -167,7 +168,7 @@ def multinode_verdict(hosts: Sequence[str], hostvars: Mapping[str, Any], play_ho
     checked - the group is torn down and ``msg`` says why."""
     active = set(play_hosts)
     failed_hosts = [h for h in hosts if "sglang_mn_failure" in _vars(hostvars, h) or h not in active]
-    head_ready = _vars(hostvars, hosts[0]).get("sglang_mn_ready_head") if hosts else None
+    head_ready = _vars(hostvars, hosts[0]).get("sglang_ready_result") if hosts else None
     rank0_waited = head_ready is not None and not _dict(head_ready).get("skipped")
     failed = bool(failed_hosts) or not rank0_waited
     msg = failure_message(hosts, hostvars, failed_hosts, name, group) if failed else ""
@@ -176,14 +177,16 @@ def multinode_verdict(hosts: Sequence[str], hostvars: Mapping[str, Any], play_ho
 
 def multinode_summary(mn: Mapping[str, Any], name: str, own: Mapping[str, Any]) -> str:
     """The rank's last line: its pid, its readiness reason and the rendezvous. ``own`` is the
-    rank's hostvars (its registered results)."""
+    rank's hostvars: the launch (``sglang_launch_result``, the plan's where nothing was launched),
+    the plan kept as ``sglang_mn_plan``, rank 0's wait (``sglang_ready_result``) and the others'
+    (kept as ``sglang_mn_ready_peer``)."""
     own = _dict(own)
-    launch = own.get("sglang_mn_launch")
+    launch = own.get("sglang_launch_result")
     if _changed(launch):
         pid = "launched pid %s" % (_dict(launch).get("pid", "?"),)
     else:
         pid = "running pid %s" % (_dict(_dict(own.get("sglang_mn_plan")).get("record")).get("pid", "?"),)
-    ready = own.get("sglang_mn_ready_head" if mn["rank"] == 0 else "sglang_mn_ready_peer")
+    ready = own.get("sglang_ready_result" if mn["rank"] == 0 else "sglang_mn_ready_peer")
     return "%s rank %s/%s on %s: %s, ready (%s), dist-init-addr %s" % (
         name, mn["rank"], mn["nnodes"], mn["host"], pid, _dict(ready).get("reason", "?"), mn["dist_init_addr"])
 

@@ -226,7 +226,7 @@ def test_multinode_rank_failure_tears_down_every_rank(mh):
         assert _wait(lambda: not mh.instance_pids(host, MN_NAME)), "%s: a rank is still up\n%s" % (host, run.explain())
         assert mh.health(host, mh.mn_port(host)) is None
         assert not mh.alive(host, _state["mn"][host])
-    assert "Launch the rank" in run.out and "Tear down every rank of the failed group" in run.out
+    assert "Launch the new server, once the old one is stopped" in run.out and "Tear down every rank of the failed group" in run.out
     for host, rec in independent.items():
         if alive_before[host]:
             assert mh.alive(host, rec), "%s: independent server %s was hit" % (host, NAME)

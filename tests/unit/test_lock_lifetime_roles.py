@@ -25,15 +25,22 @@ def _defaults(role: str) -> dict:
         return {k: fallback(v) for k, v in yaml.safe_load(fh).items()}
 
 
+def _tasks(items):
+    """Every task of a playbook, inside blocks too."""
+    for item in items or []:
+        yield item
+        for key in ("tasks", "block", "rescue", "always"):
+            yield from _tasks(item.get(key))
+
+
 def _rendered(tmp_path, *more: str) -> dict:
     """Each variable as Ansible renders it with the roles' defaults (and the multinode play's vars)."""
     with open(os.path.join(ROOT, "playbooks", "restart_multinode.yml")) as fh:
         plays = yaml.safe_load(fh)
-    mn = [p["vars"] for p in plays if "sglang_mn_lock_ttl" in (p.get("vars") or {})][0]
+    ttl = [t["llmops.sglang.sglang_lock"]["ttl"] for t in _tasks(plays) if "ttl" in (t.get("llmops.sglang.sglang_lock") or {})]
     extra = tmp_path / "mn.yml"
     # an ad-hoc run has no play, so no ansible_run_tags/ansible_skip_tags: the ones of an untagged play
-    extra.write_text(yaml.safe_dump({"sglang_mn_lock_ttl": mn["sglang_mn_lock_ttl"],
-                                     "ansible_run_tags": ["all"], "ansible_skip_tags": []}))
+    extra.write_text(yaml.safe_dump({"sglang_mn_lock_ttl": ttl[0], "ansible_run_tags": ["all"], "ansible_skip_tags": []}))
     args = []
     for role in ("sglang_restart", "sglang_teardown", "sglang_launch"):
         args += ["-e", "@" + os.path.join(ROOT, "roles", role, "defaults", "main.yml"),
@@ -68,7 +75,11 @@ def test_every_lock_ttl_is_the_lifetime_of_its_run(tmp_path):
                                                     "introspect_timeout": 0, "rollback": False})
     assert float(got["launch"]) == lock_lifetime({"spawn_timeout": _defaults("sglang_launch")["sglang_launch_spawn_timeout"],
                                                   "rollback": False})
-    assert float(got["multinode"]) == lock_lifetime({"ready_timeout": 2400, "grace_period": 30, "teardown_timeout": 60,
+    # the multi-node play: the restart's settings, the peers' wait and then rank 0's
+    assert float(got["multinode"]) == lock_lifetime({"ready_timeout": 2 * r["sglang_restart_timeout"],
+                                                     "grace_period": r["sglang_restart_grace_period"],
+                                                     "spawn_timeout": r["sglang_restart_spawn_timeout"],
+                                                     "teardown_timeout": r["sglang_restart_teardown_timeout"],
                                                      "rollback": False})
     assert got["refresh"] == ""  # outside a restart that took the lock: nothing to refresh
     taken = _rendered(tmp_path, "-e", '{"__sglang_restart_plan": {"changed": false, "operation_lock":'

@@ -102,18 +102,18 @@ def test_locked_ranks_and_their_message(locks, hosts, msg):
     ([{"changed": False}, None, {}], False, False),                               # a rank without a plan
 ])
 def test_any_changed_rank_or_force_replaces_every_rank(plans, force, changing):
-    hostvars = {h: ({} if p is None else {"sglang_mn_plan": p}) for h, p in zip(HOSTS, plans)}
+    hostvars = {h: ({} if p is None else {"sglang_launch_result": p}) for h, p in zip(HOSTS, plans)}
     assert mp.multinode_decide(HOSTS, hostvars, force, "ex", "h0:1")["changing"] is changing
 
 
 def test_the_plan_line_names_each_ranks_reason():
-    hostvars = {"h0": {"sglang_mn_plan": {"changed": False, "reason": "running"}},
-                "h1": {"sglang_mn_plan": {"changed": True, "reason": "config_changed"}}, "h2": {}}
+    hostvars = {"h0": {"sglang_launch_result": {"changed": False, "reason": "running"}},
+                "h1": {"sglang_launch_result": {"changed": True, "reason": "config_changed"}}, "h2": {}}
     got = mp.multinode_decide(HOSTS, hostvars, False, "ex", "[fd00::1]:34000")
     assert got["reasons"] == {"h0": "running", "h1": "config_changed", "h2": "?"}
     assert got["msg"] == ("ex: replace every rank (3 nodes, dist-init-addr [fd00::1]:34000; per rank: "
                           "{'h0': 'running', 'h1': 'config_changed', 'h2': '?'})")
-    hostvars["h1"]["sglang_mn_plan"]["changed"] = False
+    hostvars["h1"]["sglang_launch_result"]["changed"] = False
     assert mp.multinode_decide(HOSTS, hostvars, False, "ex", "a:1")["msg"].startswith("ex: unchanged (3 nodes, ")
 
 
@@ -126,8 +126,8 @@ def test_the_plan_line_names_each_ranks_reason():
     ([{"failed": False}] * 3, True),
 ])
 def test_every_rank_got_there_and_none_failed(results, ok):
-    hostvars = {h: ({} if r is None else {"sglang_mn_launch": r}) for h, r in zip(HOSTS, results)}
-    assert mp.multinode_all_ok(HOSTS, hostvars, "sglang_mn_launch") is ok
+    hostvars = {h: ({} if r is None else {"sglang_launch_result": r}) for h, r in zip(HOSTS, results)}
+    assert mp.multinode_all_ok(HOSTS, hostvars, "sglang_launch_result") is ok
 
 
 def test_no_other_rank_means_rank_0_waits_at_once():
@@ -166,7 +166,7 @@ def _verdict(failures: Dict[str, Any], play: List[str], head_ready: Any = None) 
     for h, f in failures.items():
         hostvars[h]["sglang_mn_failure"] = f
     if head_ready is not None:
-        hostvars["h0"]["sglang_mn_ready_head"] = head_ready
+        hostvars["h0"]["sglang_ready_result"] = head_ready
     return mp.multinode_verdict(HOSTS, hostvars, play, "ex", "grp")
 
 
@@ -209,13 +209,13 @@ MN = {"rank": 0, "nnodes": 2, "host": "h0", "dist_init_addr": "h0:34000"}
 
 
 @pytest.mark.parametrize("mn, own, line", [
-    (MN, {"sglang_mn_launch": {"changed": True, "pid": 41}, "sglang_mn_ready_head": {"reason": "ready"},
+    (MN, {"sglang_launch_result": {"changed": True, "pid": 41}, "sglang_ready_result": {"reason": "ready"},
           "sglang_mn_ready_peer": {"reason": "not me"}},
      "ex rank 0/2 on h0: launched pid 41, ready (ready), dist-init-addr h0:34000"),
-    (dict(MN, rank=1, host="h1"), {"sglang_mn_launch": {"changed": False}, "sglang_mn_plan": {"record": {"pid": 7}},
-                                   "sglang_mn_ready_head": {"skipped": True}, "sglang_mn_ready_peer": {"reason": "peer_ready"}},
+    (dict(MN, rank=1, host="h1"), {"sglang_launch_result": {"changed": False}, "sglang_mn_plan": {"record": {"pid": 7}},
+                                   "sglang_ready_result": {"skipped": True}, "sglang_mn_ready_peer": {"reason": "peer_ready"}},
      "ex rank 1/2 on h1: running pid 7, ready (peer_ready), dist-init-addr h0:34000"),
-    (MN, {"sglang_mn_launch": {"skipped": True}, "sglang_mn_plan": {"record": None}, "sglang_mn_ready_head": {}},
+    (MN, {"sglang_launch_result": {"skipped": True}, "sglang_mn_plan": {"record": None}, "sglang_ready_result": {}},
      "ex rank 0/2 on h0: running pid ?, ready (?), dist-init-addr h0:34000"),
 ])
 def test_the_summary_line(mn, own, line):

@@ -42,9 +42,13 @@ def test_no_when_has_more_than_three_conditions():
     assert not too_many, "\n".join(too_many)
 
 
+def _role_text() -> str:
+    """main.yml and its entry points (plan, replace, ready, rollback, teardown, launch)."""
+    return "".join(open(p).read() for p in FILES if "/roles/" in p)
+
+
 def test_the_steps_read_the_state_machines_decisions():
-    with open(os.path.join(ROOT, "roles", "sglang_restart", "tasks", "main.yml")) as fh:
-        text = fh.read()
+    text = _role_text()
     # the decisions after the plan (and after the launch), rendered once each and kept
     for decision in ("teardown_alone", "launch_due", "ready_due"):
         assert "when: __sglang_restart_decided.%s\n" % decision in text, decision
@@ -53,24 +57,30 @@ def test_the_steps_read_the_state_machines_decisions():
 
 
 def test_every_task_of_the_restart_carries_a_role_prefixed_tag():
-    """node_exporter's habit: a step can be picked by `sglang_restart_<step>` (the short tags stay)."""
-    import yaml
+    """node_exporter's habit: a step can be picked by `sglang_restart_<step>` (the short tags stay).
+    A task's tags are its own and those of the imports that lead to it (main.yml's entry points)."""
+    tasks_dir = os.path.join(ROOT, "roles", "sglang_restart", "tasks")
 
-    def tasks(items):
+    def leaves(items, inherited):
         for item in items or []:
-            yield item
-            for key in ("block", "rescue", "always"):
-                yield from tasks(item.get(key))
+            tags = list(inherited) + list(item.get("tags") or [])
+            if "block" in item:
+                for key in ("block", "rescue", "always"):
+                    yield from leaves(item.get(key), tags)
+            elif "ansible.builtin.import_tasks" in item:
+                with open(os.path.join(tasks_dir, item["ansible.builtin.import_tasks"])) as fh:
+                    yield from leaves(yaml.safe_load(fh), tags)
+            else:
+                yield item.get("name"), tags
 
-    with open(os.path.join(ROOT, "roles", "sglang_restart", "tasks", "main.yml")) as fh:
+    with open(os.path.join(tasks_dir, "main.yml")) as fh:
         doc = yaml.safe_load(fh)
     missing = []
-    for task in tasks(doc):
-        if "block" in task:
-            continue
-        tags = task.get("tags") or []
-        if "always" in tags and tags == ["always"]:
+    seen = 0
+    for name, tags in leaves(doc, []):
+        seen += 1
+        if set(tags) == {"always"}:
             continue  # bookkeeping that runs whatever the tags (set_fact, the rollback, the failure)
         if not any(str(t).startswith("sglang_restart") for t in tags):
-            missing.append(task.get("name"))
-    assert not missing, missing
+            missing.append(name)
+    assert seen >= 12 and not missing, missing
