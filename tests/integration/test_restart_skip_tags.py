@@ -22,6 +22,9 @@ def test_skip_tags_verify_does_not_call_the_old_config_the_requested_one(tmp_pat
         out = run.stdout + run.stderr
         with open(str(tmp_path / "play.out"), "w") as fh:
             fh.write(out)
+        # nothing was planned, so nothing changed: the host serves what ran before (the step that
+        # keeps the plan runs whatever the tags; skipped with the plan, the restart failed on it)
+        assert run.returncode == 0, out[-4000:]
         head = re.findall(r"%s on h1: (.*)" % re.escape(hosts["h1"]["sglang_name"]), out)
         assert head, out[-4000:]
         assert "the requested server was already running" not in head[-1], (head, out[-3000:])
@@ -46,11 +49,14 @@ EARLIER_PLAN = """
   vars:
     sglang_restart_verify: none
   tasks:
-    - name: Plan, as the roll does (the restart's launch entry point in check mode)
+    - name: Plan, as the roll does (the restart's plan entry point in check mode, no lock)
       ansible.builtin.import_role:
         name: llmops.sglang.sglang_restart
-        tasks_from: launch.yml
+        tasks_from: plan
       check_mode: true
+      vars:
+        sglang_restart_lock: false
+        sglang_restart_prewarm: false
     - name: Restart
       ansible.builtin.include_role:
         name: llmops.sglang.sglang_restart
@@ -58,7 +64,7 @@ EARLIER_PLAN = """
 
 
 def test_skip_tags_verify_after_an_earlier_plan_of_the_play_replaces_nothing(tmp_path):
-    """The rolling role plans with the restart's launch task, which registers sglang_launch_result;
+    """The rolling role plans with the restart's plan entry point, which registers sglang_launch_result;
     under `--skip-tags verify` the restart's own plan is skipped, and the restart took the roll's
     plan for its own: a changed configuration was launched - the old server stopped - without the
     operation lock, the prewarm or the readiness wait. The restart now forgets the step results of
@@ -75,6 +81,7 @@ def test_skip_tags_verify_after_an_earlier_plan_of_the_play_replaces_nothing(tmp
             pid = json.load(fh)["pid"]
         run = play_runs.play(inv, str(playbook), "--skip-tags", "verify", "-e", '{"sglang_restart_args": {"mem-fraction-static": 0.7}}')
         out = run.stdout + run.stderr
+        assert run.returncode == 0, out[-4000:]
         with open(record) as fh:
             assert json.load(fh)["pid"] == pid, out[-4000:]
         head = re.findall(r"%s on h1: (.*)" % re.escape(hosts["h1"]["sglang_name"]), out)

@@ -150,3 +150,27 @@ def test_failed_demo_tears_down_nothing_it_did_not_start(tmp_path, spawn):
             os.unlink(_lock_file(hv))
         down = play_runs.teardown(inv)
         assert down.returncode == 0, (down.stdout + down.stderr)[-3000:]
+
+
+def test_replace_and_teardown_entry_points_refuse_while_a_run_holds_the_lock(running, spawn, tmp_path):
+    """An operator's play that runs the restart role's `replace` or `teardown` entry point without
+    its `plan` (which takes the operation lock): another live run's lock refuses both before
+    anything is stopped - the server that run is bringing up keeps running."""
+    inv, hv = running
+    with open(os.path.join(hv["sglang_state_dir"], "%s.json" % hv["sglang_name"])) as fh:
+        pid = json.load(fh)["pid"]
+    other_run = spawn.start(["sleep", "300"])
+    holder = _plant_live_holder(hv, other_run.pid)
+    for entry in ("replace", "teardown"):
+        book = tmp_path / ("%s.yml" % entry)
+        book.write_text(
+            "- hosts: gpu_8x\n  gather_facts: false\n  tasks:\n"
+            "    - ansible.builtin.import_role:\n        name: llmops.sglang.sglang_restart\n"
+            "        tasks_from: %s\n" % entry)
+        run = play_runs.play(inv, str(book))
+        out = run.stdout + run.stderr
+        assert run.returncode != 0, out[-3000:]
+        assert "is locked by" in out and "pid %d of" % other_run.pid in out, out[-3000:]
+        assert _serving(hv["sglang_port"]) and os.path.exists("/proc/%d" % pid), "%s stopped the server:\n%s" % (
+            entry, out[-3000:])
+        assert _lock.read_holder(_lock_file(hv))["token"] == holder["token"]

@@ -77,6 +77,8 @@ def test_every_lock_ttl_is_the_lifetime_of_its_run(tmp_path):
                                                   "rollback": False})
     # the multi-node play: the restart's settings, the peers' wait and then rank 0's
     assert float(got["multinode"]) == lock_lifetime({"ready_timeout": 2 * r["sglang_restart_timeout"],
+                                                     "settle": 2 * r["sglang_restart_ready_settle"],
+                                                     "prewarm_timeout": r["sglang_restart_prewarm_timeout"],
                                                      "grace_period": r["sglang_restart_grace_period"],
                                                      "spawn_timeout": r["sglang_restart_spawn_timeout"],
                                                      "teardown_timeout": r["sglang_restart_teardown_timeout"],
