@@ -61,6 +61,13 @@ def test_plan_replace_ready_restart_and_converge(one_host, tmp_path):
     assert "OWN plan=running" in out and "ready=True" in out, out[-3000:]
     assert _record(hv)["launch_id"] == rec["launch_id"], "the converged run replaced the server"
 
+    # the teardown entry point on its own: it takes the lock, stops the server and gives the lock back
+    down = play_runs.play(inv, _playbook(tmp_path / "down.yml", [_step("teardown")]))
+    out = down.stdout + down.stderr
+    assert down.returncode == 0, out[-4000:]
+    assert _http.request("127.0.0.1", hv["sglang_port"], "/health", timeout=2).status != 200
+    assert not os.path.exists(os.path.join(hv["sglang_state_dir"], "%s.restart.lock" % hv["sglang_name"])), out[-3000:]
+
 
 def test_each_entry_point_refuses_bad_options_before_anything_runs(one_host, tmp_path):
     inv, hv = one_host
