@@ -234,7 +234,9 @@ def test_the_probe_playbook_reports_the_running_server_and_its_port(emulator_pyt
     assert wait_for(lambda: _http.request("127.0.0.1", port, "/health", timeout=1).status == 200, 30)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     extra = {"sglang_hosts": "localhost", "sglang_port": port, "sglang_state_dir": str(tmp_path / "state"),
-             "sglang_gpu_backend": "none", "sglang_venv": os.path.dirname(os.path.dirname(emulator_python))}
+             "sglang_gpu_backend": "none", "sglang_venv": os.path.dirname(os.path.dirname(emulator_python)),
+             # a CI machine with 4 test workers on 2 cores answered /server_info after the default 5 s once
+             "sglang_probe_http_timeout": 60}
     run = subprocess.run([os.path.join(root, ".venv", "bin", "ansible-playbook"), "-i",
                           os.path.join(root, "inventory", "local.yml"), os.path.join(root, "playbooks", "probe.yml"),
                           "-e", json.dumps(extra)],
@@ -246,7 +248,7 @@ def test_the_probe_playbook_reports_the_running_server_and_its_port(emulator_pyt
     shown = run.stdout[run.stdout.index("TASK [Show the probe]"):]
     lines = json.JSONDecoder().raw_decode(shown[shown.index("{"):])[0]["msg"]
     assert re.fullmatch(r"sglang: sglang 0\.5\.23\+emulator in .+ \(python 3\.\d+\.\d+\)", lines[0]), lines
-    assert "  %d | listening | 0.5.23+emulator | - | -" % port in lines, lines
+    assert "  %d | listening | 0.5.23+emulator | - | -" % port in lines, "\n".join(lines)
     # the asked venv has its own line; "other installs" names only other ones
     assert not any(line.startswith("other installs:") and extra["sglang_venv"] + "/bin/python " in line
                    for line in lines), lines

@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import jinja_lines  # noqa: E402  pylint: disable=wrong-import-position
 
-BUDGET = 535
+BUDGET = 536
 
 
 def test_the_counter_counts_expressions_and_the_lines_inside_them():
