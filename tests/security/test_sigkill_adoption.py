@@ -65,4 +65,7 @@ def test_sigkill_phase_adopts_only_what_the_rules_allow(spawn, throwaway_user, t
     # the ordinary child forked during the teardown is adopted and stopped, with its reason
     adopted = [k for k in result["killed"] if k["pid"] != parent.pid]
     assert len(adopted) == 1 and "appeared during teardown" in adopted[0]["reason"], result["killed"]
-    assert adopted[0]["cmdline"] == "sleep 301"
+    # (the late protected child is alive and spared above, so the adopted one is the ordinary
+    # `sleep 301` - on a loaded machine the teardown may catch it between its fork and its exec,
+    # still with the parent's command line)
+    assert adopted[0]["cmdline"] == "sleep 301" or adopted[0]["cmdline"].startswith(sys.executable + " -c"), adopted
